@@ -1,0 +1,352 @@
+"""One typed config tree, shared by PPO and CORY.
+
+Every section is a dataclass whose fields carry a one-line docstring (the comment under each field). The same
+`PPOConfig` drives the single-agent baseline and both CORY agents; CORY only adds a `CORYConfig`, so the two can
+never drift apart the way the official scripts did (CORY.md §5, B6).
+
+`from_dict` builds a section from a plain mapping (e.g. a block of `params.yaml`): unknown keys are errors (with a
+"did you mean" hint), wrong types are errors, and each dataclass validates its values in `__post_init__`. Every
+error is a `ConfigError` whose message starts with the dotted path of the offending setting.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+T = TypeVar("T")
+
+KL_ESTIMATORS = ("kl", "abs", "mse", "full")
+
+
+_PATH: contextvars.ContextVar[str | None] = contextvars.ContextVar("config_path", default=None)
+"""Dotted path of the section `from_dict` is building, so `__post_init__` errors name the setting as written."""
+
+
+def section_path(default: str) -> str:
+    return _PATH.get() or default
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, mistyped or out of range. The message names it by its dotted path."""
+
+
+def check(condition: bool, path: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"{path}: {message}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Sections of the trainer config
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GenerationConfig:
+    """Sampling settings for rollouts (paper/TRL IMDB defaults, CORY.md §2.1)."""
+
+    response_length: tuple[int, int] = (4, 16)
+    """Inclusive range [min, max]; one max_new_tokens is drawn uniformly per iteration and shared by both roles."""
+    top_k: int = 0
+    """0 disables top-k filtering (pure sampling, as in the paper)."""
+    top_p: float = 1.0
+    """1.0 disables nucleus filtering."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs for PPO are always taken at temperature 1, as in TRL."""
+    repetition_penalty: float = 1.1
+    """HF repetition penalty used while sampling (so the sampling distribution differs slightly from pi_theta)."""
+    stop_at_eos: bool = True
+    """Cut each response after its first EOS (the EOS itself is kept and trained on, as in TRL)."""
+
+    def __post_init__(self) -> None:
+        path = section_path("generation")
+        lo, hi = self.response_length
+        check(1 <= lo <= hi, f"{path}.response_length", f"need 1 <= min <= max, got {list(self.response_length)}")
+        check(self.top_k >= 0, f"{path}.top_k", f"must be >= 0, got {self.top_k}")
+        check(0.0 < self.top_p <= 1.0, f"{path}.top_p", f"must be in (0, 1], got {self.top_p}")
+        check(self.temperature > 0, f"{path}.temperature", f"must be > 0, got {self.temperature}")
+        check(self.repetition_penalty > 0, f"{path}.repetition_penalty", f"must be > 0, got {self.repetition_penalty}")
+
+
+@dataclass
+class PPOConfig:
+    """The PPO step of trl 0.7.x (`PPOTrainer.step`), CORY.md §3; defaults are the paper's IMDB Table 1."""
+
+    learning_rate: float = 1.41e-5
+    """Adam learning rate (constant, no schedule)."""
+    batch_size: int = 256
+    """Queries per iteration (rollout batch)."""
+    mini_batch_size: int = 256
+    """Samples per forward/backward pass in the PPO update."""
+    gradient_accumulation_steps: int = 1
+    """Mini-batches accumulated per optimizer step."""
+    ppo_epochs: int = 4
+    """Passes over the rollout batch per iteration, each with a fresh random permutation."""
+    gamma: float = 1.0
+    """Discount factor of GAE."""
+    lam: float = 0.95
+    """GAE lambda."""
+    cliprange: float = 0.2
+    """PPO ratio clip epsilon (the paper's "gradient clip range")."""
+    cliprange_value: float = 0.2
+    """Value clip range around the rollout values."""
+    vf_coef: float = 0.1
+    """Value-loss coefficient (beta in the paper's Eq. 13)."""
+    ratio_threshold: float = 10.0
+    """A mini-batch whose mean ratio exceeds this is skipped (loss multiplied by 0), as in TRL."""
+    max_grad_norm: float | None = None
+    """Clip the gradient norm to this value; None disables clipping (the paper's setting)."""
+    kl_penalty: Literal["kl", "abs", "mse", "full"] = "full"
+    """Per-token KL estimator in the reward: kl = log p - log q, abs, mse = 0.5 (log p - log q)^2, full = exact KL."""
+    init_kl_coef: float = 0.3
+    """Initial KL coefficient eta (beta of the controller)."""
+    adaptive_kl: bool = True
+    """Adaptive KL controller (Ziegler et al. 2019) as in the official code; False keeps eta fixed."""
+    kl_target: float = 6.0
+    """Target KL (summed over the response) of the adaptive controller."""
+    kl_horizon: float = 10000.0
+    """Horizon of the adaptive controller."""
+    use_score_scaling: bool = False
+    """Divide scores by the running std of all scores seen so far."""
+    use_score_norm: bool = False
+    """With score scaling, also subtract the running mean."""
+    score_clip: float | None = None
+    """Clip (scaled) scores to [-score_clip, score_clip]; None disables."""
+    whiten_rewards: bool = False
+    """Whiten per-token rewards before GAE (without shifting the mean), as TRL's option."""
+    forward_batch_size: int | None = None
+    """Samples per no-grad forward pass when building experience; None means the whole batch at once."""
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    """Sampling settings."""
+
+    def __post_init__(self) -> None:
+        path = section_path("ppo")
+        for name in ("learning_rate", "batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        check(0.0 <= self.gamma <= 1.0, f"{path}.gamma", f"must be in [0, 1], got {self.gamma}")
+        check(0.0 <= self.lam <= 1.0, f"{path}.lam", f"must be in [0, 1], got {self.lam}")
+        for name in ("cliprange", "cliprange_value", "ratio_threshold"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        for name in ("vf_coef", "init_kl_coef"):
+            check(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        check(self.kl_target > 0, f"{path}.kl_target", f"must be > 0, got {self.kl_target}")
+        check(self.kl_horizon > 0, f"{path}.kl_horizon", f"must be > 0, got {self.kl_horizon}")
+        check(
+            self.kl_penalty in KL_ESTIMATORS,
+            f"{path}.kl_penalty",
+            f"unknown KL estimator {self.kl_penalty!r}; choose one of {', '.join(KL_ESTIMATORS)}",
+        )
+        for name in ("max_grad_norm", "score_clip", "forward_batch_size"):
+            value = getattr(self, name)
+            check(value is None or value > 0, f"{path}.{name}", f"must be > 0 or null, got {value}")
+        check(
+            not self.use_score_norm or self.use_score_scaling,
+            f"{path}.use_score_norm",
+            "only takes effect with use_score_scaling: true",
+        )
+        check(
+            self.batch_size % self.backward_batch_size == 0,
+            f"{path}.mini_batch_size",
+            f"mini_batch_size x gradient_accumulation_steps = {self.backward_batch_size} must divide "
+            f"batch_size = {self.batch_size}",
+        )
+
+    @property
+    def backward_batch_size(self) -> int:
+        """Samples per optimizer step."""
+        return self.mini_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def optimizer_steps_per_epoch(self) -> int:
+        return self.batch_size // self.backward_batch_size
+
+
+@dataclass
+class CORYConfig:
+    """CORY on top of PPO (paper §3, Algorithm 1). `n_agents: 1` is single-agent PPO through the same trainer."""
+
+    n_agents: Literal[1, 2] = 2
+    """1 = single-agent PPO baseline (only the pioneer exists); 2 = CORY (pioneer + observer)."""
+    role_exchange_period: int = 5
+    """T_REx: roles are exchanged after every T_REx iterations."""
+    role_exchange: bool = True
+    """Ablation switch: False never exchanges roles (the 'w/o REx' ablation)."""
+    knowledge_transfer: bool = True
+    """Ablation switch: False shows the observer only the query (the 'w/o KT' ablation)."""
+    partner_reward_coef: float = 1.0
+    """c in r_self + c * r_partner: 1 is the paper's cooperative sum, c < 0 competitive, 0 independent."""
+    reset_on_exchange: bool = False
+    """Reproduce the official code: reset each agent's optimizer, KL coefficient and score normaliser at every swap."""
+    observer_template: str = 'I can make this sentence "{query}{response}" more positive: {query}'
+    """Knowledge-transfer prompt of the observer; {query} and {response} are the query and the pioneer's answer."""
+    observer_template_without_transfer: str = "{query}"
+    """Observer prompt when knowledge_transfer is False (only the query)."""
+
+    def __post_init__(self) -> None:
+        path = section_path("cory")
+        check(self.n_agents in (1, 2), f"{path}.n_agents", f"must be 1 (PPO) or 2 (CORY), got {self.n_agents}")
+        check(
+            self.role_exchange_period > 0,
+            f"{path}.role_exchange_period",
+            f"T_REx must be a positive number of iterations, got {self.role_exchange_period}",
+        )
+        check(
+            "{query}" in self.observer_template and "{response}" in self.observer_template,
+            f"{path}.observer_template",
+            "must contain both {query} and {response}",
+        )
+        check(
+            "{query}" in self.observer_template_without_transfer
+            and "{response}" not in self.observer_template_without_transfer,
+            f"{path}.observer_template_without_transfer",
+            "must contain {query} and not {response}",
+        )
+
+
+@dataclass
+class TrainConfig:
+    """One RL fine-tuning run: PPO (n_agents 1) or CORY (n_agents 2) on one task."""
+
+    iterations: int = 100
+    """PPO iterations (one rollout batch each)."""
+    seed: int = 0
+    """Seeds python, numpy and torch once, at the start (never again at a role exchange: CORY.md B2)."""
+    prompt_template: str = "{query}"
+    """How a query becomes the pioneer's (and PPO's) prompt, e.g. the GSM8K one-shot template."""
+    combined_reward_eta: float | None = None
+    """eta of the reported combined reward r_c = task reward - eta * KL; None uses ppo.init_kl_coef."""
+    samples_to_log: int = 16
+    """Generations per logged sample table."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    cory: CORYConfig = field(default_factory=CORYConfig)
+
+    def __post_init__(self) -> None:
+        path = section_path("train")
+        check(self.iterations > 0, f"{path}.iterations", f"must be > 0, got {self.iterations}")
+        check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
+        check(
+            self.combined_reward_eta is None or self.combined_reward_eta >= 0,
+            f"{path}.combined_reward_eta",
+            f"must be >= 0 or null, got {self.combined_reward_eta}",
+        )
+        check(self.samples_to_log >= 0, f"{path}.samples_to_log", f"must be >= 0, got {self.samples_to_log}")
+
+    @property
+    def eta(self) -> float:
+        return self.ppo.init_kl_coef if self.combined_reward_eta is None else self.combined_reward_eta
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading from plain mappings
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _convert(value: Any, tp: Any, path: str) -> Any:
+    """Check/convert one value against a (resolved) type annotation."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(tp)
+        if value is None:
+            check(type(None) in options, path, "must not be null")
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(value, option, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of {options}")
+    if origin is Literal:
+        allowed = get_args(tp)
+        check(value in allowed, path, f"must be one of {list(allowed)}, got {value!r}")
+        return value
+    if _is_dataclass_type(tp):
+        check(isinstance(value, dict), path, f"must be a mapping, got {type(value).__name__}")
+        return from_dict(tp, value, path)
+    if origin in (tuple, list):
+        check(isinstance(value, (list, tuple)), path, f"must be a list, got {value!r}")
+        args = get_args(tp)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            check(len(value) == len(args), path, f"must have {len(args)} items, got {len(value)}")
+            return tuple(_convert(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        item = args[0] if args else Any
+        items = [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        check(isinstance(value, dict), path, f"must be a mapping, got {type(value).__name__}")
+        key_tp, val_tp = get_args(tp) or (Any, Any)
+        return {_convert(k, key_tp, path): _convert(v, val_tp, f"{path}.{k}") for k, v in value.items()}
+    if tp is float:
+        check(isinstance(value, (int, float)) and not isinstance(value, bool), path, f"must be a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        check(isinstance(value, int) and not isinstance(value, bool), path, f"must be an integer, got {value!r}")
+        return value
+    if tp is bool:
+        check(isinstance(value, bool), path, f"must be true or false, got {value!r}")
+        return value
+    if tp is str:
+        check(isinstance(value, str), path, f"must be a string, got {value!r}")
+        return value
+    raise TypeError(f"{path}: unsupported annotation {tp!r}")
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
+    """Build dataclass `cls` from `data`, rejecting unknown keys and checking types; `path` prefixes error names."""
+    data = {} if data is None else data
+    prefix = f"{path}." if path else ""
+    check(isinstance(data, dict), path or cls.__name__, f"must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"
+            raise ConfigError(f"{prefix}{key}: unknown setting{hint}")
+    kwargs = {name: _convert(value, hints[name], f"{prefix}{name}") for name, value in data.items()}
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    check(not missing, path or cls.__name__, f"required setting(s) missing: {', '.join(missing)}")
+    token = _PATH.set(path or None)
+    try:
+        return cls(**kwargs)
+    finally:
+        _PATH.reset(token)
+
+
+def to_dict(obj: Any) -> Any:
+    """The inverse of `from_dict`: a plain, YAML/JSON-serialisable mapping (tuples become lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def merge(base: dict[str, Any], override: dict[str, Any] | None) -> dict[str, Any]:
+    """Deep-merge `override` into a copy of `base` (mappings merge, everything else replaces)."""
+    out = dict(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,98 @@
+"""What every stage script shares: the params file, the profile's output folders, seeding and small writers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from cory.config import ConfigError, from_dict
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The project root (where params.yaml and dvc.yaml live); stages run from here."""
+
+
+def load_params(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The raw params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file."""
+    path = Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
+    if not path.is_file():
+        raise ConfigError(f"{path}: params file not found")
+    with open(path) as fh:
+        params = yaml.safe_load(fh)
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: must hold a mapping of settings, got {type(params).__name__}")
+    return params
+
+
+def section(params: dict[str, Any], dotted: str, cls: type[T]) -> T:
+    """Validate and build the section at `dotted` (e.g. "data.imdb") as dataclass `cls`."""
+    node: Any = params
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"{dotted}: section missing from params.yaml")
+        node = node[part]
+    return from_dict(cls, node, dotted)
+
+
+def profile(params: dict[str, Any]) -> str:
+    name = params.get("profile")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"profile: must be a simple name like 'default' or 'smoke', got {name!r}")
+    return name
+
+
+def out_dir(params: dict[str, Any], *parts: str) -> Path:
+    """outputs/<profile>/<parts...>: each profile writes under its own folder, so profiles never mix."""
+    return ROOT / "outputs" / profile(params) / Path(*parts)
+
+
+def set_seed(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows: list[dict[str, Any]]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found (did its DVC stage run?)")
+    rows = []
+    with open(path) as fh:
+        for i, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
+    return rows
