@@ -183,9 +183,8 @@ class CORYConfig:
     reset_on_exchange: bool = False
     """Reproduce the official code: reset each agent's optimizer, KL coefficient and score normaliser at every swap."""
     observer_template: str = 'I can make this sentence "{query}{response}" more positive: {query}'
-    """Knowledge-transfer prompt of the observer; {query} and {response} are the query and the pioneer's answer."""
-    observer_template_without_transfer: str = "{query}"
-    """Observer prompt when knowledge_transfer is False (only the query)."""
+    """Knowledge-transfer prompt of the observer; {query} and {response} are the query and the pioneer's answer.
+    Without knowledge transfer the observer gets the pioneer's prompt (`train.prompt_template`)."""
 
     def __post_init__(self) -> None:
         path = section_path("cory")
@@ -199,12 +198,6 @@ class CORYConfig:
             "{query}" in self.observer_template and "{response}" in self.observer_template,
             f"{path}.observer_template",
             "must contain both {query} and {response}",
-        )
-        check(
-            "{query}" in self.observer_template_without_transfer
-            and "{response}" not in self.observer_template_without_transfer,
-            f"{path}.observer_template_without_transfer",
-            "must contain {query} and not {response}",
         )
 
 

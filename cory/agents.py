@@ -1,0 +1,93 @@
+"""An agent: what one LLM copy owns through a whole run, whatever role it plays.
+
+A CORY agent (and the single PPO agent) is a causal LM with a scalar value head on its last hidden state, plus its
+own Adam optimizer, KL controller and score normaliser. A role exchange swaps which agent plays which role; the
+agent keeps all of this with it (the official code lost it at every swap by save-and-reload: CORY.md B1).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from cory.config import PPOConfig
+from cory.ppo import AdaptiveKLController, FixedKLController, RunningMoments
+
+
+class ValueHead(nn.Module):
+    """Dropout + Linear(hidden -> 1), as trl's `AutoModelForCausalLMWithValueHead` (CORY.md §3.8)."""
+
+    def __init__(self, hidden_size: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.summary = nn.Linear(hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T, 1)
+        return self.summary(self.dropout(hidden.to(self.summary.weight.dtype)))
+
+
+def hidden_size(lm) -> int:
+    config = lm.config
+    for name in ("hidden_size", "n_embd", "d_model"):
+        if getattr(config, name, None):
+            return getattr(config, name)
+    raise ValueError(f"cannot find the hidden size of {type(lm).__name__}")
+
+
+def make_kl_controller(cfg: PPOConfig):
+    if cfg.adaptive_kl:
+        return AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+    return FixedKLController(cfg.init_kl_coef)
+
+
+class Agent:
+    """One LLM copy under training: policy + value head, optimizer, KL controller and score normaliser."""
+
+    def __init__(self, name: str, lm, cfg: PPOConfig, value_dropout: float = 0.1):
+        self.name = name
+        self.lm = lm
+        self.cfg = cfg
+        device = next(lm.parameters()).device
+        self.value_head = ValueHead(hidden_size(lm), value_dropout).to(device)
+        self.reset_training_state()
+
+    def reset_training_state(self) -> None:
+        """Fresh optimizer, KL coefficient and score moments: the start of a run, and (only with
+        `cory.reset_on_exchange`) what the official code did at every role exchange."""
+        self.optimizer = torch.optim.Adam(self.parameters(), lr=self.cfg.learning_rate)
+        self.kl_ctl = make_kl_controller(self.cfg)
+        self.score_moments = RunningMoments()
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for p in list(self.lm.parameters()) + list(self.value_head.parameters()) if p.requires_grad]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.lm.parameters()).device
+
+    def train(self, mode: bool = True) -> None:
+        self.lm.train(mode)
+        self.value_head.train(mode)
+
+    def save(self, path: str | Path, tokenizer=None) -> None:
+        """A plain transformers model folder (loadable without this library) + value_head.pt + training state."""
+        path = Path(path)
+        self.lm.save_pretrained(path)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(path)
+        torch.save(self.value_head.state_dict(), path / "value_head.pt")
+        with open(path / "agent_state.json", "w") as fh:
+            json.dump({"name": self.name, "kl_coef": self.kl_ctl.value, "score_mean": self.score_moments.mean,
+                       "score_std": self.score_moments.std}, fh, indent=2)
+
+
+def frozen_reference(lm):
+    """The frozen initial model pi_0 that both agents' KL is measured against (one shared copy)."""
+    ref = copy.deepcopy(lm)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref

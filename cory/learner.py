@@ -1,0 +1,151 @@
+"""One agent's PPO step on its buffer: build the experience, then run the PPO epochs (trl 0.7 `PPOTrainer.step`).
+
+`make_experience` is the no-grad half (forward passes of policy and reference, per-token KL, reward shaping, GAE);
+`ppo_update` is the learning half (epochs over shuffled mini-batches with the clipped losses). The math lives in
+`cory.ppo`; this module only moves tensors between it and the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cory import ppo
+from cory.agents import Agent
+from cory.rollout import Rollout, autocast, forward_response
+
+
+@dataclass
+class Experience:
+    """An agent's buffer for one iteration: (s~_0, a, r) of Algorithm 1, lines 15-16, with what PPO derives."""
+
+    rollout: Rollout
+    scores: torch.Tensor  # (B,) training scores after scaling/clipping
+    logprobs: torch.Tensor  # (B, T) log pi_old(a_t)
+    values: torch.Tensor  # (B, T) V_old(s_t)
+    kl: torch.Tensor  # (B, T) exact per-token KL(pi_old || pi_ref), always
+    kl_penalty: torch.Tensor  # (B, T) the estimator the reward uses
+    entropy: torch.Tensor  # (B, T) exact per-token entropy of pi_old
+    rewards: torch.Tensor  # (B, T) -beta * kl_penalty, + score on the last token
+    advantages: torch.Tensor  # (B, T) whitened GAE advantages
+    returns: torch.Tensor  # (B, T) advantages (before whitening) + values
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return self.rollout.response_mask
+
+
+@torch.no_grad()
+def make_experience(agent: Agent, ref_lm, rollout: Rollout, scores: torch.Tensor) -> Experience:
+    """Forward passes (policy in eval mode, and the reference), KL, shaped rewards and advantages."""
+    cfg = agent.cfg
+    device = agent.device
+    rollout = _to(rollout, device)
+    mask = rollout.response_mask.float()
+    agent.train(False)  # TRL's batched_forward_pass runs in eval mode: no dropout in the old log-probs
+    chunk = cfg.forward_batch_size or len(rollout.prompts)
+    parts = []
+    for start in range(0, len(rollout.prompts), chunk):
+        part = rollout.select(torch.arange(start, min(start + chunk, len(rollout.prompts)), device=device))
+        with autocast(device):
+            logits, values = forward_response(agent.lm, part, agent.value_head)
+            ref_logits, _ = forward_response(ref_lm, part)
+        parts.append(
+            (
+                ppo.logprobs_of(logits, part.response_ids),
+                ppo.logprobs_of(ref_logits, part.response_ids),
+                values.float(),
+                ppo.full_kl(logits, ref_logits),
+                ppo.entropy_from_logits(logits),
+            )
+        )
+    logprobs, ref_logprobs, values, kl, entropy = (torch.cat(x) for x in zip(*parts))
+
+    scores = ppo.scale_scores(
+        scores.to(device).float(),
+        agent.score_moments,
+        cfg.use_score_scaling,
+        cfg.use_score_norm,
+        cfg.score_clip,
+    )
+    kl_penalty = ppo.kl_estimate(cfg.kl_penalty, logprobs, ref_logprobs, exact=kl) * mask
+    rewards, _ = ppo.shape_rewards(scores, kl_penalty, mask, agent.kl_ctl.value)
+    if cfg.whiten_rewards:
+        rewards = ppo.masked_whiten(rewards, mask, shift_mean=False) * mask
+    advantages, returns = ppo.gae(rewards, values, mask, cfg.gamma, cfg.lam)
+    advantages = ppo.masked_whiten(advantages, mask) * mask
+    return Experience(rollout, scores, logprobs, values * mask, kl * mask, kl_penalty, entropy * mask, rewards,
+                      advantages, returns)
+
+
+def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None = None) -> dict[str, float]:
+    """PPO epochs over shuffled mini-batches, then the KL controller update. Returns the step's statistics."""
+    cfg = agent.cfg
+    device = agent.device
+    B = exp.scores.shape[0]
+    agent.train(True)  # TRL trains with dropout on
+    totals = {"policy_loss": 0.0, "value_loss": 0.0, "policy_clipfrac": 0.0, "value_clipfrac": 0.0, "approx_kl": 0.0}
+    n_minibatches, skipped = 0, 0
+    stats_acc = []
+    for _ in range(cfg.ppo_epochs):
+        order = torch.randperm(B, generator=generator).to(device)
+        for start in range(0, B, cfg.backward_batch_size):
+            backward_idx = order[start : start + cfg.backward_batch_size]
+            for mb_start in range(0, len(backward_idx), cfg.mini_batch_size):
+                idx = backward_idx[mb_start : mb_start + cfg.mini_batch_size]
+                loss, stats, ratio = _minibatch_loss(agent, exp, idx)
+                if ratio > cfg.ratio_threshold:  # TRL skips a runaway mini-batch rather than stepping on it
+                    loss = loss * 0.0
+                    skipped += 1
+                (loss / cfg.gradient_accumulation_steps).backward()
+                stats_acc.append(stats)
+                n_minibatches += 1
+            if cfg.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+            agent.optimizer.step()
+            agent.optimizer.zero_grad(set_to_none=True)
+    # One device->host sync for all the mini-batch statistics.
+    stacked = {k: torch.stack([s[k] for s in stats_acc]).mean().item() for k in totals}
+    mask = exp.mask.float()
+    kl_for_controller = (exp.kl_penalty * mask).sum(1).mean().item()
+    agent.kl_ctl.update(kl_for_controller, B)
+    return {
+        **stacked,
+        "skipped_minibatches": float(skipped),
+        "kl_coef": agent.kl_ctl.value,
+    }
+
+
+def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor):
+    cfg = agent.cfg
+    part = exp.rollout.select(idx)
+    mask = part.response_mask.float()
+    with autocast(agent.device):
+        logits, values = forward_response(agent.lm, part, agent.value_head)
+    logprobs = ppo.logprobs_of(logits, part.response_ids)
+    pg_loss, pg_stats = ppo.policy_loss(logprobs, exp.logprobs[idx], exp.advantages[idx], mask, cfg.cliprange)
+    vf_loss, vf_stats = ppo.value_loss(values.float(), exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value)
+    loss = pg_loss + cfg.vf_coef * vf_loss
+    stats = {
+        "policy_loss": pg_loss.detach(),
+        "value_loss": vf_loss.detach(),
+        "policy_clipfrac": pg_stats["clipfrac"],
+        "value_clipfrac": vf_stats["clipfrac"],
+        "approx_kl": pg_stats["approx_kl"],
+    }
+    # The ratio check needs the value on the host; it is the one sync per mini-batch TRL also makes.
+    return loss, stats, pg_stats["ratio"].item()
+
+
+def _to(rollout: Rollout, device: torch.device) -> Rollout:
+    if rollout.response_ids.device == device:
+        return rollout
+    return Rollout(
+        rollout.prompt_ids.to(device),
+        rollout.prompt_mask.to(device),
+        rollout.response_ids.to(device),
+        rollout.response_mask.to(device),
+        rollout.prompts,
+        rollout.responses,
+    )

@@ -1,0 +1,167 @@
+"""Rollouts: batched generation from left-padded prompts, response masks, and the one forward pass per model.
+
+Layout of a rollout (what HF `generate` returns for left-padded prompts):
+
+    input_ids = [ pad pad q q q | r r r EOS pad ]        prompt block (B, P) | response block (B, T)
+
+All responses start at column P, so per-token quantities live in (B, T) tensors aligned with the response block.
+`response_mask` is 1 on response tokens up to and including the first EOS (TRL cuts everything after it and keeps
+the EOS). Position ids are counted from each row's first real token, so padding never shifts a sequence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from cory.config import GenerationConfig
+
+
+@dataclass
+class Rollout:
+    """Prompts and sampled responses of one role for one iteration."""
+
+    prompt_ids: torch.Tensor  # (B, P) left-padded
+    prompt_mask: torch.Tensor  # (B, P) 1 on real prompt tokens
+    response_ids: torch.Tensor  # (B, T) right-padded
+    response_mask: torch.Tensor  # (B, T) 1 up to and including the first EOS
+    prompts: list[str]
+    responses: list[str]  # decoded, EOS and padding removed
+
+    @property
+    def input_ids(self) -> torch.Tensor:  # (B, P + T)
+        return torch.cat([self.prompt_ids, self.response_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:  # (B, P + T)
+        return torch.cat([self.prompt_mask, self.response_mask], dim=1)
+
+    @property
+    def response_lengths(self) -> torch.Tensor:  # (B,)
+        return self.response_mask.sum(1)
+
+    def select(self, index: torch.Tensor) -> "Rollout":
+        """The sub-batch at `index` (a 1-D tensor of row indices)."""
+        rows = index.tolist()
+        return Rollout(
+            self.prompt_ids[index],
+            self.prompt_mask[index],
+            self.response_ids[index],
+            self.response_mask[index],
+            [self.prompts[i] for i in rows],
+            [self.responses[i] for i in rows],
+        )
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted from each row's first real token: (B, L) -> (B, L)."""
+    return (attention_mask.long().cumsum(1) - 1).clamp(min=0)
+
+
+def mask_after_eos(response_ids: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
+    """1 on tokens up to and including the first EOS, 0 after it: (B, T) -> (B, T) long."""
+    if eos_token_id is None:
+        return torch.ones_like(response_ids)
+    is_eos = (response_ids == eos_token_id).long()
+    seen_before = is_eos.cumsum(1) - is_eos  # EOS tokens strictly before each position
+    return (seen_before == 0).long()
+
+
+def autocast(device: torch.device | str):
+    """bf16 autocast where a GPU is present; a no-op context on CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch.Tensor) -> list[str]:
+    """Decode each response without its EOS or padding (so no '<|endoftext|>' reaches a reward: CORY.md B8)."""
+    eos = tokenizer.eos_token_id
+    lengths = response_mask.sum(1).tolist()
+    rows = []
+    for ids, n in zip(response_ids.tolist(), lengths):
+        ids = ids[:n]
+        if ids and ids[-1] == eos:
+            ids = ids[:-1]
+        rows.append(ids)
+    return tokenizer.batch_decode(rows, skip_special_tokens=False)
+
+
+@torch.no_grad()
+def generate(
+    model, tokenizer, prompts: list[str], gen: GenerationConfig, max_new_tokens: int, batch_size: int | None = None
+) -> Rollout:
+    """Sample one response per prompt with the paper's settings (whole batch at once unless `batch_size`).
+
+    `model` is a transformers causal LM. It is put in eval mode (no dropout while sampling) and left there.
+    """
+    device = model_device(model)
+    was_training = model.training
+    model.eval()
+    chunks = []
+    step = batch_size or len(prompts)
+    for start in range(0, len(prompts), step):
+        enc = tokenizer(prompts[start : start + step], return_tensors="pt", padding=True).to(device)
+        with autocast(device):
+            out = model.generate(
+                input_ids=enc.input_ids,
+                attention_mask=enc.attention_mask,
+                do_sample=True,
+                max_new_tokens=max_new_tokens,
+                top_k=gen.top_k,
+                top_p=gen.top_p,
+                temperature=gen.temperature,
+                repetition_penalty=gen.repetition_penalty,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id if gen.stop_at_eos else None,
+            )
+        chunks.append((enc.input_ids, enc.attention_mask, out[:, enc.input_ids.shape[1] :]))
+    model.train(was_training)
+    prompt_ids = _pad_cat([c[0] for c in chunks], tokenizer.pad_token_id, left=True)
+    prompt_mask = _pad_cat([c[1] for c in chunks], 0, left=True)
+    response_ids = _pad_cat([c[2] for c in chunks], tokenizer.pad_token_id, left=False)
+    response_mask = mask_after_eos(response_ids, tokenizer.eos_token_id if gen.stop_at_eos else None)
+    response_mask = response_mask * _pad_cat([torch.ones_like(c[2]) for c in chunks], 0, left=False)
+    responses = decode_responses(tokenizer, response_ids, response_mask)
+    return Rollout(prompt_ids, prompt_mask, response_ids, response_mask, list(prompts), responses)
+
+
+def _pad_cat(tensors: list[torch.Tensor], value: int, left: bool) -> torch.Tensor:
+    """Concatenate (b_i, L_i) tensors along the batch, padding to the longest L on the left or right."""
+    width = max(t.shape[1] for t in tensors)
+    padded = []
+    for t in tensors:
+        pad = (width - t.shape[1], 0) if left else (0, width - t.shape[1])
+        padded.append(torch.nn.functional.pad(t, pad, value=value))
+    return torch.cat(padded, dim=0)
+
+
+def forward_response(lm, rollout: Rollout, value_head=None):
+    """One forward pass over prompt + response; per-token outputs for the response block only.
+
+    Returns logits (B, T, V) predicting each response token, and values (B, T) from `value_head` on the last hidden
+    state at the same positions (the state before each response token, as TRL), or None without a value head.
+    """
+    T = rollout.response_ids.shape[1]
+    attention_mask = rollout.attention_mask
+    out = lm(
+        input_ids=rollout.input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids(attention_mask),
+        output_hidden_states=value_head is not None,
+        logits_to_keep=T + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1]  # position P-1+t predicts response token t
+    values = None
+    if value_head is not None:
+        hidden = out.hidden_states[-1][:, -(T + 1) : -1]
+        values = value_head(hidden).squeeze(-1)
+    return logits, values

@@ -1,0 +1,170 @@
+"""The training loop of CORY (paper Algorithm 1); with one agent it is the single-agent PPO baseline.
+
+`Trainer.step` is one iteration: pioneer generates -> observer prompt -> observer generates -> score both ->
+collective reward -> PPO update of each agent -> maybe exchange roles -> metrics. PPO and CORY share every line of
+it; PPO simply has no observer.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from contextlib import contextmanager
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from cory import ppo
+from cory.agents import Agent, frozen_reference
+from cory.config import TrainConfig
+from cory.learner import Experience, make_experience, ppo_update
+from cory.metrics import distinct_n
+from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
+from cory.rollout import Rollout, generate
+
+RewardFn = Callable[[Sequence[str], Sequence[str], Sequence[str] | None], torch.Tensor]
+"""reward(queries, responses, answers) -> (B,) task scores."""
+
+
+class Trainer:
+    """PPO (cfg.cory.n_agents == 1) or CORY (== 2) on one task."""
+
+    def __init__(self, cfg: TrainConfig, lm, tokenizer, reward_fn: RewardFn, seed: int | None = None):
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.reward_fn = reward_fn
+        self.ref_lm = frozen_reference(lm)
+        llm1 = Agent("llm1", lm, cfg.ppo)
+        agents = [llm1] if cfg.cory.n_agents == 1 else [llm1, Agent("llm2", copy.deepcopy(lm), cfg.ppo)]
+        self.roles = Roles(agents)
+        self.iteration = 0
+        # Response lengths come from their own stream, seeded once (never re-seeded at a swap: CORY.md B2).
+        self.length_rng = np.random.default_rng(cfg.seed if seed is None else seed)
+        self.last_samples: list[dict] = []
+
+    @property
+    def agents(self) -> list[Agent]:
+        return self.roles.agents
+
+    def step(self, queries: Sequence[str], answers: Sequence[str] | None = None) -> dict[str, float]:
+        """One iteration of Algorithm 1 on a batch of task queries; returns the metrics (see cory.metrics)."""
+        cfg, timer = self.cfg, _Timer(self.agents[0].device)
+        pioneer, observer = self.roles.pioneer, self.roles.observer
+        lo, hi = cfg.ppo.generation.response_length
+        max_new_tokens = int(self.length_rng.integers(lo, hi + 1))
+
+        with timer("generation"):
+            # The pioneer answers the query (Alg. 1 line 5).
+            pioneer_prompts = [cfg.prompt_template.format(query=q) for q in queries]
+            rollouts = {"pioneer": self._generate(pioneer, pioneer_prompts, max_new_tokens)}
+            if observer is not None:
+                # Knowledge transfer (Eq. 3): the observer sees the query and the pioneer's response.
+                prompts = (
+                    observer_prompts(cfg.cory.observer_template, queries, rollouts["pioneer"].responses)
+                    if cfg.cory.knowledge_transfer
+                    else pioneer_prompts
+                )
+                rollouts["observer"] = self._generate(observer, prompts, max_new_tokens)
+
+        with timer("scoring"):
+            # Each response is scored as an answer to the raw query (Alg. 1 lines 12-13).
+            task_scores = {role: self.reward_fn(queries, r.responses, answers).float() for role, r in rollouts.items()}
+            if observer is None:
+                training_scores = dict(task_scores)
+            else:
+                # Collective reward (Eq. 4), r_self + c * r_partner, for each agent.
+                c = cfg.cory.partner_reward_coef
+                training_scores = {
+                    "pioneer": collective_reward(task_scores["pioneer"], task_scores["observer"], c),
+                    "observer": collective_reward(task_scores["observer"], task_scores["pioneer"], c),
+                }
+
+        with timer("update"):
+            # Each agent runs its own PPO step on its own buffer (Alg. 1 lines 15-16).
+            metrics: dict[str, float] = {}
+            for role, agent in (("pioneer", pioneer), ("observer", observer)):
+                if agent is None:
+                    continue
+                beta = agent.kl_ctl.value
+                exp = make_experience(agent, self.ref_lm, rollouts[role], training_scores[role])
+                stats = ppo_update(agent, exp)
+                role_stats = self._role_metrics(exp, stats, task_scores[role], training_scores[role], beta)
+                role_stats["role"] = 0.0 if role == "pioneer" else 1.0
+                for key, value in role_stats.items():
+                    metrics[f"{agent.name}/{key}"] = value
+                    if key != "role":
+                        metrics[f"{role}/{key}"] = value
+
+        self.last_samples = self._samples(queries, rollouts, task_scores)
+
+        # Role exchange every T_REx iterations (Eq. 5): swap references, keep each agent's state.
+        period = cfg.cory.role_exchange_period
+        swap = observer is not None and cfg.cory.role_exchange and exchange_due(self.iteration, period)
+        if swap:
+            self.roles.exchange()
+            if cfg.cory.reset_on_exchange:
+                for agent in self.agents:
+                    agent.reset_training_state()
+
+        metrics.update({f"timing/{k}": v for k, v in timer.totals.items()})
+        metrics["timing/iteration"] = sum(timer.totals.values())
+        metrics["swap"] = float(swap)
+        metrics["iteration"] = float(self.iteration)
+        self.iteration += 1
+        return metrics
+
+    def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int) -> Rollout:
+        return generate(agent.lm, self.tokenizer, prompts, self.cfg.ppo.generation, max_new_tokens)
+
+    def _role_metrics(
+        self, exp: Experience, stats: dict[str, float], task: torch.Tensor, training: torch.Tensor, beta: float
+    ) -> dict[str, float]:
+        mask = exp.mask.float()
+        kl = exp.kl.sum(1).mean().item()  # exact KL, summed over the response, batch mean
+        task_reward = task.mean().item()
+        responses = exp.rollout.responses
+        return {
+            "task_reward": task_reward,
+            "kl": kl,
+            "combined_reward": task_reward - self.cfg.eta * kl,
+            "training_score": training.mean().item(),
+            "kl_penalty": (-beta * exp.kl_penalty.sum(1)).mean().item(),
+            "entropy": ppo.masked_mean(exp.entropy, mask).item(),
+            "response_length": mask.sum(1).mean().item(),
+            "distinct_1": distinct_n(responses, 1),
+            "distinct_2": distinct_n(responses, 2),
+            **stats,
+        }
+
+    def _samples(self, queries, rollouts: dict[str, Rollout], scores: dict[str, torch.Tensor]) -> list[dict]:
+        n = min(self.cfg.samples_to_log, len(queries))
+        rows = []
+        for i in range(n):
+            row = {"iteration": self.iteration, "query": queries[i]}
+            for role, rollout in rollouts.items():
+                agent = self.roles.pioneer if role == "pioneer" else self.roles.observer
+                row[f"{role}_agent"] = agent.name
+                row[f"{role}_prompt"] = rollout.prompts[i]
+                row[f"{role}_response"] = rollout.responses[i]
+                row[f"{role}_score"] = float(scores[role][i])
+            rows.append(row)
+        return rows
+
+
+class _Timer:
+    """Wall-clock seconds per phase; synchronises the GPU so asynchronous kernels are charged to their phase."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.totals: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        if self.cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        yield
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
