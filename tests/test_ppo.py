@@ -1,0 +1,144 @@
+"""PPO math against numbers worked out by hand (see the comments) and against equivalent formulations."""
+
+import math
+
+import pytest
+import torch
+
+from cory import ppo
+
+
+def t(x):
+    return torch.tensor(x, dtype=torch.float32)
+
+
+def test_masked_mean_and_whiten():
+    x, mask = t([[1.0, 2.0, 3.0, 4.0, 100.0]]), t([[1, 1, 1, 1, 0]])
+    assert ppo.masked_mean(x, mask).item() == pytest.approx(2.5)
+    # unbiased variance of 1..4 = 5/3; whitened = (x - 2.5) / sqrt(5/3)
+    assert ppo.masked_var(x, mask).item() == pytest.approx(5 / 3)
+    w = ppo.masked_whiten(x, mask)[0, :4]
+    assert torch.allclose(w, t([-1.161895, -0.387298, 0.387298, 1.161895]), atol=1e-5)
+    # shift_mean=False keeps the mean
+    w2 = ppo.masked_whiten(x, mask, shift_mean=False)[0, :4]
+    assert torch.allclose(w2, w + 2.5, atol=1e-6)
+
+
+def test_masked_op_on_padded_equals_op_on_trimmed():
+    torch.manual_seed(0)
+    x = torch.randn(3, 6)
+    mask = t([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0]])
+    trimmed = torch.cat([x[0, :3], x[1, :5], x[2, :2]])
+    assert ppo.masked_mean(x, mask).item() == pytest.approx(trimmed.mean().item(), abs=1e-6)
+    assert ppo.masked_var(x, mask).item() == pytest.approx(trimmed.var().item(), abs=1e-5)
+
+
+def test_kl_estimators_on_literal_tensors():
+    logp, ref = t([[math.log(0.5)]]), t([[math.log(0.25)]])
+    assert ppo.kl_estimate("kl", logp, ref).item() == pytest.approx(math.log(2))
+    assert ppo.kl_estimate("abs", ref, logp).item() == pytest.approx(math.log(2))  # |log q - log p|
+    assert ppo.kl_estimate("mse", logp, ref).item() == pytest.approx(0.5 * math.log(2) ** 2)
+    # full: p = (0.5, 0.5), q = (0.25, 0.75): 0.5 ln 2 + 0.5 ln(2/3) = 0.143841
+    logits, ref_logits = t([[[0.0, 0.0]]]), torch.log(t([[[0.25, 0.75]]]))
+    exact = ppo.full_kl(logits, ref_logits)
+    assert exact.item() == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3), abs=1e-6)
+    assert ppo.kl_estimate("full", logp, ref, exact=exact).item() == pytest.approx(exact.item())
+    with pytest.raises(ValueError, match="unknown KL estimator"):
+        ppo.kl_estimate("forward", logp, ref)
+
+
+def test_full_kl_is_the_expectation_of_the_kl_estimator():
+    torch.manual_seed(0)
+    logits, ref_logits = torch.randn(1, 1, 7), torch.randn(1, 1, 7)
+    p = torch.softmax(logits, -1)[0, 0]
+    logp, ref = torch.log_softmax(logits, -1)[0, 0], torch.log_softmax(ref_logits, -1)[0, 0]
+    assert ppo.full_kl(logits, ref_logits).item() == pytest.approx((p * (logp - ref)).sum().item(), abs=1e-6)
+
+
+def test_entropy_of_uniform_is_log_v():
+    assert ppo.entropy_from_logits(torch.zeros(1, 2, 8))[0].tolist() == pytest.approx([math.log(8)] * 2)
+
+
+def test_shape_rewards_puts_score_on_last_real_token():
+    scores, kl = t([2.0, -1.0]), t([[0.1, 0.2, 0.3, 0.0], [0.4, 0.0, 0.0, 0.0]])
+    mask = t([[1, 1, 1, 0], [1, 0, 0, 0]])
+    rewards, non_score = ppo.shape_rewards(scores, kl, mask, kl_coef=0.5)
+    assert torch.allclose(rewards, t([[-0.05, -0.1, 1.85, 0.0], [-1.2, 0.0, 0.0, 0.0]]))
+    assert torch.allclose(non_score, t([[-0.05, -0.1, -0.15, 0.0], [-0.2, 0.0, 0.0, 0.0]]))
+
+
+def test_gae_three_tokens_by_hand():
+    # gamma=1, lam=0.95; deltas: t2 = 1 - 0.3 = 0.7; t1 = 0.3 - 0.4 = -0.1; t0 = 0.4 - 0.5 = -0.1
+    # A2 = 0.7; A1 = -0.1 + 0.95 * 0.7 = 0.565; A0 = -0.1 + 0.95 * 0.565 = 0.43675
+    rewards, values = t([[0.0, 0.0, 1.0, 0.0]]), t([[0.5, 0.4, 0.3, 9.0]])
+    mask = t([[1, 1, 1, 0]])  # the 4th position is padding: its value 9 must not leak in
+    adv, ret = ppo.gae(rewards, values, mask, gamma=1.0, lam=0.95)
+    assert torch.allclose(adv, t([[0.43675, 0.565, 0.7, 0.0]]), atol=1e-6)
+    assert torch.allclose(ret, t([[0.93675, 0.965, 1.0, 0.0]]), atol=1e-6)
+
+
+def test_gae_loop_matches_closed_form_discounted_sum():
+    torch.manual_seed(0)
+    rewards, values, mask = torch.randn(2, 5), torch.randn(2, 5), torch.ones(2, 5)
+    gamma, lam = 0.9, 0.8
+    adv, _ = ppo.gae(rewards, values, mask, gamma, lam)
+    nxt = torch.cat([values[:, 1:], torch.zeros(2, 1)], 1)
+    delta = rewards + gamma * nxt - values
+    expected = torch.stack(
+        [sum((gamma * lam) ** (k - s) * delta[:, k] for k in range(s, 5)) for s in range(5)], dim=1
+    )
+    assert torch.allclose(adv, expected, atol=1e-5)
+
+
+def test_policy_loss_clipping():
+    mask = t([[1.0]])
+    loss, stats = ppo.policy_loss(t([[0.5]]), t([[0.0]]), t([[1.0]]), mask, cliprange=0.2)
+    # rho = e^0.5 = 1.6487: max(-1.6487, -1.2) = -1.2, clipped
+    assert loss.item() == pytest.approx(-1.2)
+    assert stats["clipfrac"].item() == 1.0
+    loss, stats = ppo.policy_loss(t([[0.5]]), t([[0.0]]), t([[-1.0]]), mask, cliprange=0.2)
+    assert loss.item() == pytest.approx(math.exp(0.5))  # max(1.6487, 1.2): unclipped side
+    assert stats["clipfrac"].item() == 0.0
+    assert stats["approx_kl"].item() == pytest.approx(0.125)
+
+
+def test_value_loss_clipping():
+    mask = t([[1.0]])
+    # V = 1, V_old = 0.5, eps = 0.2 -> clipped V = 0.7
+    loss, stats = ppo.value_loss(t([[1.0]]), t([[0.5]]), t([[0.0]]), mask, 0.2)
+    assert loss.item() == pytest.approx(0.5 * 1.0) and stats["clipfrac"].item() == 0.0  # max(1, 0.49)
+    loss, stats = ppo.value_loss(t([[1.0]]), t([[0.5]]), t([[2.0]]), mask, 0.2)
+    assert loss.item() == pytest.approx(0.5 * 1.69) and stats["clipfrac"].item() == 1.0  # max(1, 1.69)
+
+
+def test_adaptive_kl_update():
+    ctl = ppo.AdaptiveKLController(0.3, target=6.0, horizon=10000)
+    ctl.update(12.0, n_steps=256)  # error clipped to +0.2: x (1 + 0.2 * 256 / 10000)
+    assert ctl.value == pytest.approx(0.3 * 1.00512)
+    ctl = ppo.AdaptiveKLController(0.3, target=6.0, horizon=10000)
+    ctl.update(5.4, n_steps=256)  # error -0.1
+    assert ctl.value == pytest.approx(0.3 * (1 - 0.1 * 256 / 10000))
+    fixed = ppo.FixedKLController(0.3)
+    fixed.update(100.0, 256)
+    assert fixed.value == 0.3
+
+
+def test_running_moments_match_batch_statistics():
+    m = ppo.RunningMoments()
+    m.update(t([1.0, 2.0, 3.0, 4.0]))
+    assert (m.mean, m.var, m.std) == pytest.approx((2.5, 1.25, math.sqrt(1.25 * 4 / 3)))
+    m.update(t([5.0]))
+    all_scores = t([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert m.mean == pytest.approx(3.0) and m.var == pytest.approx(2.0)
+    assert m.std == pytest.approx(all_scores.std().item())
+
+
+def test_score_scaling_and_clipping():
+    scores = t([1.0, 2.0, 3.0, 4.0])
+    std = math.sqrt(1.25 * 4 / 3)
+    scaled = ppo.scale_scores(scores, ppo.RunningMoments(), True, False, None)
+    assert torch.allclose(scaled, scores / std, atol=1e-5)
+    normed = ppo.scale_scores(scores, ppo.RunningMoments(), True, True, None)
+    assert torch.allclose(normed, (scores - 2.5) / std, atol=1e-5)
+    clipped = ppo.scale_scores(scores, ppo.RunningMoments(), False, False, 2.5)
+    assert clipped.tolist() == [1.0, 2.0, 2.5, 2.5]

@@ -1,0 +1,57 @@
+"""Generation masks and padding: a left-padded batch gives the same per-token outputs as each sequence alone."""
+
+import torch
+
+from cory.agents import ValueHead
+from cory.config import GenerationConfig
+from cory.rollout import Rollout, decode_responses, forward_response, generate, mask_after_eos, position_ids
+
+from tiny import WORDS, tiny_lm, tiny_tokenizer
+
+
+def test_mask_after_eos_keeps_the_first_eos():
+    ids = torch.tensor([[5, 0, 9, 0], [0, 7, 7, 7], [1, 1, 1, 1]])
+    assert mask_after_eos(ids, eos_token_id=0).tolist() == [[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1]]
+
+
+def test_position_ids_start_at_first_real_token():
+    assert position_ids(torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 3]]
+
+
+def test_decode_drops_eos_and_padding():
+    tok = tiny_tokenizer()
+    ids = torch.tensor([[4, 5, 0, 0], [2, 2, 2, 2]])
+    assert decode_responses(tok, ids, mask_after_eos(ids, 0)) == ["the movie", "good good good good"]
+
+
+def test_forward_on_padded_batch_equals_forward_on_each_trimmed_sequence():
+    lm, head = tiny_lm(), ValueHead(32, dropout=0.0)
+    prompt = torch.tensor([[0, 0, 4, 5], [6, 7, 8, 9]])
+    prompt_mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    response = torch.tensor([[2, 3, 0], [3, 2, 2]])
+    rollout = Rollout(prompt, prompt_mask, response, mask_after_eos(response, 0), ["", ""], ["", ""])
+    logits, values = forward_response(lm, rollout, head)
+    for i, start in enumerate([2, 0]):
+        alone = Rollout(prompt[i : i + 1, start:], prompt_mask[i : i + 1, start:], response[i : i + 1],
+                        rollout.response_mask[i : i + 1], [""], [""])
+        logits_i, values_i = forward_response(lm, alone, head)
+        assert torch.allclose(logits[i], logits_i[0], atol=1e-5)
+        assert torch.allclose(values[i], values_i[0], atol=1e-5)
+
+
+def test_generate_shapes_masks_and_texts():
+    torch.manual_seed(0)
+    lm, tok = tiny_lm(), tiny_tokenizer()
+    gen = GenerationConfig(response_length=(5, 5), repetition_penalty=1.0)
+    rollout = generate(lm, tok, ["the movie", "good", "the film was very"], gen, max_new_tokens=5)
+    assert rollout.prompt_ids.shape == (3, 4) and rollout.prompt_mask.sum(1).tolist() == [2, 1, 4]
+    assert rollout.response_ids.shape[0] == 3 and rollout.response_ids.shape[1] <= 5
+    for ids, mask, text in zip(rollout.response_ids, rollout.response_mask, rollout.responses):
+        n = int(mask.sum())
+        kept = ids[:n].tolist()
+        assert 0 not in kept[:-1]  # no EOS before the last kept token
+        words = [WORDS[i] for i in kept if i != 0]
+        assert text.split() == words
+    # chunked generation gives the same layout as one batch
+    chunked = generate(lm, tok, ["the movie", "good", "the film was very"], gen, 5, batch_size=2)
+    assert chunked.prompt_ids.tolist() == rollout.prompt_ids.tolist()

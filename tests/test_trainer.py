@@ -1,0 +1,122 @@
+"""The trainer: roles, knowledge transfer, collective reward, role exchange and learning on a toy task."""
+
+import pytest
+import torch
+
+from cory.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
+from cory.learner import make_experience, ppo_update
+from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
+from cory.trainer import Trainer
+
+from tiny import good_word_reward, tiny_lm, tiny_tokenizer
+
+QUERIES = ["the movie", "the film was", "a plot", "not very"] * 4
+
+
+def config(n_agents=2, iterations=30, **cory):
+    ppo = PPOConfig(learning_rate=3e-3, batch_size=16, mini_batch_size=8, init_kl_coef=0.01,
+                    generation=GenerationConfig(response_length=(4, 6), repetition_penalty=1.0))
+    return TrainConfig(iterations=iterations, seed=0, ppo=ppo, cory=CORYConfig(n_agents=n_agents, **cory))
+
+
+def test_observer_prompt_is_exactly_the_template():
+    template = 'I can make this sentence "{query}{response}" more positive: {query}'
+    assert observer_prompts(template, ["I loved"], [" it a lot"]) == [
+        'I can make this sentence "I loved it a lot" more positive: I loved'
+    ]
+    with pytest.raises(ValueError):
+        observer_prompts(template, ["a", "b"], ["x"])
+
+
+def test_collective_reward_arithmetic():
+    own, partner = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 3.0])
+    assert collective_reward(own, partner, 1.0).tolist() == [1.5, 1.0]
+    assert collective_reward(own, partner, -0.5).tolist() == [0.75, -3.5]
+
+
+def test_two_role_exchanges_are_the_identity():
+    a, b = object(), object()
+    roles = Roles([a, b])
+    assert (roles.pioneer, roles.observer) == (a, b)
+    roles.exchange()
+    assert (roles.pioneer, roles.observer) == (b, a)
+    roles.exchange()
+    assert (roles.pioneer, roles.observer) == (a, b)
+    assert [exchange_due(k, 5) for k in range(10)] == [False] * 4 + [True] + [False] * 4 + [True]
+
+
+def test_knowledge_transfer_switch_sets_the_observer_prompt():
+    torch.manual_seed(0)
+    trainer = Trainer(config(), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    trainer.step(QUERIES)
+    row = trainer.last_samples[0]
+    assert row["observer_prompt"] == trainer.cfg.cory.observer_template.format(
+        query=row["query"], response=row["pioneer_response"]
+    )
+    trainer = Trainer(config(knowledge_transfer=False), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    trainer.step(QUERIES)
+    assert trainer.last_samples[0]["observer_prompt"] == trainer.last_samples[0]["pioneer_prompt"]
+
+
+def test_role_exchange_keeps_each_agents_state():
+    torch.manual_seed(0)
+    trainer = Trainer(config(role_exchange_period=2), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    llm1, llm2 = trainer.agents
+    optimizers = (llm1.optimizer, llm2.optimizer)
+    m = trainer.step(QUERIES)
+    assert (m["llm1/role"], m["llm2/role"], m["swap"]) == (0.0, 1.0, 0.0)
+    m = trainer.step(QUERIES)
+    assert m["swap"] == 1.0 and trainer.roles.pioneer is llm2
+    m = trainer.step(QUERIES)
+    assert (m["llm1/role"], m["llm2/role"]) == (1.0, 0.0)
+    assert m["llm1/task_reward"] == m["observer/task_reward"]
+    assert (llm1.optimizer, llm2.optimizer) == optimizers  # the same Adam, with its moments
+    assert all(s["step"] == 24 for s in llm1.optimizer.state.values())  # 3 iterations x 4 epochs x 2 steps
+    assert llm1.kl_ctl.value != 0.01 and llm1.score_moments is not None
+
+
+def test_reset_on_exchange_reproduces_the_official_code():
+    torch.manual_seed(0)
+    trainer = Trainer(config(role_exchange_period=1, reset_on_exchange=True), tiny_lm(), tiny_tokenizer(),
+                      good_word_reward)
+    trainer.step(QUERIES)
+    for agent in trainer.agents:
+        assert agent.kl_ctl.value == 0.01 and not agent.optimizer.state
+
+
+def test_no_role_exchange_switch():
+    trainer = Trainer(config(role_exchange=False, role_exchange_period=1), tiny_lm(), tiny_tokenizer(),
+                      good_word_reward)
+    for _ in range(2):
+        assert trainer.step(QUERIES)["swap"] == 0.0
+    assert trainer.roles.pioneer is trainer.agents[0]
+
+
+def test_single_agent_is_ppo_through_the_same_trainer():
+    trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    m = trainer.step(QUERIES)
+    assert len(trainer.agents) == 1 and "llm2/kl" not in m and "observer/kl" not in m
+    assert m["llm1/kl"] == pytest.approx(0.0, abs=1e-6)  # first rollout: policy == reference
+
+
+def test_all_minibatches_skipped_leaves_the_policy_unchanged():
+    torch.manual_seed(0)
+    trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    agent = trainer.agents[0]
+    agent.cfg = PPOConfig(**{**agent.cfg.__dict__, "ratio_threshold": 1e-3})
+    before = [p.detach().clone() for p in agent.lm.parameters()]
+    from cory.rollout import generate
+
+    rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
+    stats = ppo_update(agent, make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses)))
+    assert stats["skipped_minibatches"] == 8.0
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.lm.parameters()))
+
+
+@pytest.mark.parametrize("n_agents", [1, 2])
+def test_training_raises_the_task_reward(n_agents):
+    torch.manual_seed(0)
+    trainer = Trainer(config(n_agents=n_agents), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    rewards = [trainer.step(QUERIES)["llm1/task_reward"] for _ in range(30)]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + 0.3, (first, last)

@@ -1,0 +1,29 @@
+"""Tiny word-level tokenizer and GPT-2 built from configs (no download), shared by the trainer tests."""
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+WORDS = ["<eos>", "<unk>", "good", "bad", "the", "movie", "was", "a", "film", "is", "very", "not", "and", "plot"]
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="<eos>", pad_token="<eos>", unk_token="<unk>", padding_side="left"
+    )
+
+
+def tiny_lm(seed: int = 0, n_layer: int = 2, n_embd: int = 32) -> GPT2LMHeadModel:
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        n_layer=n_layer, n_embd=n_embd, n_head=2, n_positions=64, vocab_size=len(WORDS), bos_token_id=0,
+        eos_token_id=0, pad_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )
+    return GPT2LMHeadModel(config).eval()
+
+
+def good_word_reward(queries, responses, answers=None) -> torch.Tensor:
+    """Fraction of response words that are 'good' (a dense toy task reward)."""
+    return torch.tensor([r.split().count("good") / max(len(r.split()), 1) for r in responses])
