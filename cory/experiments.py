@@ -1,0 +1,220 @@
+"""Experiments: named groups of RL runs (PPO and CORY variants x seeds) that share one `train` config block.
+
+A run's config is `train` (the block every run reads) <- the group's overrides <- the run's overrides, plus its seed,
+so the PPO baseline and every CORY variant differ only where params.yaml says they do. `run_training` executes one
+run end to end: load the base model and the task, train, and write the run folder:
+
+    <run_dir>/history.csv     one row per iteration (metric keys: cory.metrics.GLOSSARY)
+    <run_dir>/summary.json    final values (mean over the last iterations) + wall time
+    <run_dir>/samples.jsonl   generations of the first and the last iteration (before / after)
+    <run_dir>/config.json     the resolved TrainConfig
+    <run_dir>/llm1/, llm2/    the trained agents as plain transformers models (if saved)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from cory.config import ConfigError, TrainConfig, check, from_dict, merge, section_path, to_dict
+
+
+@dataclass
+class TaskConfig:
+    """What a task is: its base model, its RL prompts, its reward and its prompt templates."""
+
+    model: str
+    """Base model: a folder under the profile's models/ (e.g. imdb_small), another local folder, or a hub name."""
+    prompts: str
+    """RL prompt file (jsonl, rows with "query" or "question"; "answer" for math), relative to the project root."""
+    reward: Literal["sentiment", "math"]
+    """Task reward: the sentiment classifier's positive logit, or 0/1 math correctness."""
+    reward_model: str | None = None
+    """The sentiment classifier (folder or hub name); required for reward: sentiment."""
+    prompt_template: str = "{query}"
+    """Pioneer/PPO prompt."""
+    observer_template: str = 'I can make this sentence "{query}{response}" more positive: {query}'
+    """Observer prompt with knowledge transfer."""
+
+    def __post_init__(self) -> None:
+        path = section_path("task")
+        check(self.reward != "sentiment" or bool(self.reward_model), f"{path}.reward_model", "required for sentiment")
+
+
+@dataclass
+class RunSpec:
+    """One run of a group: its own overrides on top of the group's."""
+
+    model: str | None = None
+    """Another base model for this run (e.g. the 2x model of the size ablation); null keeps the task's."""
+    train: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the train block (e.g. {cory: {n_agents: 1}} for PPO)."""
+
+
+@dataclass
+class ExperimentConfig:
+    """A group of runs on one task, each repeated over `seeds`."""
+
+    task: str
+    """Key of the task under `tasks`."""
+    runs: dict[str, RunSpec]
+    """Run name -> its overrides."""
+    train: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the train block for every run of the group."""
+    sweep_eta: list[float] = field(default_factory=list)
+    """If set, every run is repeated at each KL coefficient eta (ppo.init_kl_coef), named <run>_eta<eta>."""
+    save_models: bool = True
+    """Save the trained agents (needed for Pass@k evaluation)."""
+
+    def __post_init__(self) -> None:
+        path = section_path("experiment")
+        check(bool(self.runs), f"{path}.runs", "needs at least one run")
+        check(all(e >= 0 for e in self.sweep_eta), f"{path}.sweep_eta", "KL coefficients must be >= 0")
+
+
+@dataclass
+class Job:
+    """One (run, seed) of a group: everything a worker process needs."""
+
+    group: str
+    run: str
+    seed: int
+    train: TrainConfig
+    task: TaskConfig
+    model: str
+    run_dir: str
+    save_models: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/{self.run}/seed{self.seed}"
+
+    @property
+    def algorithm(self) -> str:
+        return "ppo" if self.train.cory.n_agents == 1 else "cory"
+
+
+def eta_name(eta: float) -> str:
+    return f"eta{eta:g}"
+
+
+def expand_jobs(
+    group: str, exp: ExperimentConfig, task: TaskConfig, base_train: dict, seeds: list[int], runs_dir: Path
+) -> list[Job]:
+    """Every (run, seed) of a group with its resolved, validated TrainConfig (all checked before any training)."""
+    specs: dict[str, tuple[RunSpec, dict]] = {}
+    for name, spec in exp.runs.items():
+        if exp.sweep_eta:
+            for eta in exp.sweep_eta:
+                specs[f"{name}_{eta_name(eta)}"] = (spec, {"ppo": {"init_kl_coef": eta}})
+        else:
+            specs[name] = (spec, {})
+    jobs = []
+    for name, (spec, extra) in specs.items():
+        for seed in seeds:
+            raw = merge(merge(merge(base_train, exp.train), spec.train), extra)
+            raw = merge(raw, {"seed": seed, "prompt_template": task.prompt_template,
+                              "cory": {"observer_template": task.observer_template}})
+            train = from_dict(TrainConfig, raw, f"experiments.{group}.runs.{name}.train")
+            run_dir = runs_dir / group / name / f"seed{seed}"
+            jobs.append(Job(group, name, seed, train, task, spec.model or task.model, str(run_dir), exp.save_models))
+    return jobs
+
+
+def load_queries(path: str | Path) -> tuple[list[str], list[str] | None]:
+    """RL prompts from a jsonl file: (queries, gold answers or None)."""
+    from cory.rewards import gsm8k_answer
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: RL prompt file not found (did its data stage run?)")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"{path}: no prompts")
+    key = "query" if "query" in rows[0] else "question"
+    if key not in rows[0]:
+        raise ValueError(f"{path}: rows need a 'query' or 'question' field, got {sorted(rows[0])}")
+    queries = [row[key] for row in rows]
+    answers = [gsm8k_answer(row["answer"]) for row in rows] if "answer" in rows[0] else None
+    return queries, answers
+
+
+def batches(n_items: int, batch_size: int, iterations: int, seed: int):
+    """Index batches for `iterations` iterations: shuffled passes over the data, each without replacement."""
+    if n_items < batch_size:
+        raise ValueError(f"{n_items} prompts cannot fill a batch of {batch_size}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n_items)
+    pos = 0
+    for _ in range(iterations):
+        if pos + batch_size > n_items:  # drop the last partial batch and start a new pass, as a DataLoader would
+            order, pos = rng.permutation(n_items), 0
+        yield order[pos : pos + batch_size]
+        pos += batch_size
+
+
+def load_lm(name_or_path: str, device: str):
+    from transformers import AutoModelForCausalLM
+
+    from cory.pretrain import load_pretrained
+
+    return load_pretrained(AutoModelForCausalLM, name_or_path, "model").to(device)
+
+
+def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dict:
+    """Train one run and write its folder (see the module docstring). Returns the summary."""
+    from cory.metrics import MetricsWriter
+    from cory.rewards import build_reward
+    from cory.tokenizer import load_tokenizer
+    from cory.trainer import Trainer
+
+    torch.manual_seed(job.seed)
+    np.random.seed(job.seed)
+    start = time.time()
+    run_dir = Path(job.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(to_dict(job.train), indent=2) + "\n")
+    queries, answers = load_queries(job.task.prompts)
+    tokenizer = load_tokenizer(job.model)
+    lm = load_lm(job.model, device)
+    if job.task.reward == "sentiment":
+        reward = build_reward("sentiment", model=job.task.reward_model, device=device)
+    else:
+        reward = build_reward("math")
+    trainer = Trainer(job.train, lm, tokenizer, reward, seed=job.seed)
+    writer = MetricsWriter(run_dir)
+    samples = []
+    for it, idx in enumerate(batches(len(queries), job.train.ppo.batch_size, job.train.iterations, job.seed)):
+        batch_answers = [answers[i] for i in idx] if answers is not None else None
+        metrics = trainer.step([queries[i] for i in idx], batch_answers)
+        writer.log(it, metrics)
+        if tracker is not None and (it % log_every == 0 or it == job.train.iterations - 1):
+            tracker.log_metrics(metrics, step=it)
+        if it in (0, job.train.iterations - 1):
+            samples += trainer.last_samples
+    writer.samples(samples)
+    if job.save_models:
+        for agent in trainer.agents:
+            agent.save(run_dir / agent.name, tokenizer)
+    summary = writer.summary(last_n=min(10, job.train.iterations), wall_time_s=time.time() - start,
+                             run=job.name, algorithm=job.algorithm, seed=job.seed)
+    if tracker is not None:
+        tracker.log_artifact(run_dir / "samples.jsonl")
+    return summary
+
+
+def parse_experiment(params: dict, group: str) -> tuple[ExperimentConfig, TaskConfig]:
+    experiments = params.get("experiments") or {}
+    if group not in experiments:
+        raise ConfigError(f"experiments.{group}: no such experiment group (known: {', '.join(experiments)})")
+    exp = from_dict(ExperimentConfig, experiments[group], f"experiments.{group}")
+    tasks = params.get("tasks") or {}
+    if exp.task not in tasks:
+        raise ConfigError(f"experiments.{group}.task: unknown task {exp.task!r} (known: {', '.join(tasks)})")
+    return exp, from_dict(TaskConfig, tasks[exp.task], f"tasks.{exp.task}")
