@@ -1,0 +1,177 @@
+"""DVC stage `evaluate`: pass@k on the math test problems (the paper's Fig. 5) of every model named in params.
+
+The models come from `evaluation.models` (name -> folder under outputs/<profile>/, "{seed}" standing for each of
+the training seeds: the top-level `seeds` that the train stage also reads): the base math model, the PPO model, and
+each CORY agent used alone with the pioneer prompt. Every folder is a plain `save_pretrained` model + tokenizer.
+Outputs, under outputs/<profile>/eval/:
+
+- passk.json (DVC metrics): {model: {"seeds": {seed: {k: pass@k}}, "mean": {k: ...}, "std": {k: ...}}}, mean and
+  population std (ddof 0) over seeds; a folder without "{seed}" is evaluated once, under the seed key "none".
+- details.json: {model: {seed: {"correct": per-problem correct counts, "mean_response_length", "samples"}}}.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cory.config import ConfigError, check, section_path, to_dict
+from cory.evaluation import EvalConfig, evaluate_pass_at_k
+from cory.tracking import start_run
+from pipeline.common import device, load_params, out_dir, profile, read_jsonl, section, write_json
+
+UNSEEDED = "none"
+"""Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
+
+
+@dataclass(kw_only=True)
+class EvaluateConfig(EvalConfig):
+    """The evaluate stage (params `evaluation`): pass@k settings, the prompt, and the models to evaluate."""
+
+    prompt_template: str
+    """The pioneer prompt of training, "{query}" standing for the question (keep it equal to the train stage's)."""
+    models: dict[str, str]
+    """Model name -> its folder, relative to outputs/<profile>/ (or absolute); "{seed}" is replaced by each seed."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        path = section_path("evaluation")
+        check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
+        check(len(self.models) > 0, f"{path}.models", "must name at least one model")
+        for name, folder in self.models.items():
+            try:
+                folder.format(seed=0)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(
+                    f'{path}.models.{name}: only "{{seed}}" may appear in braces, got {folder!r} ({exc!r})'
+                ) from None
+
+
+def training_seeds(params: dict) -> list[int]:
+    """The top-level `seeds`: the training seeds, substituted for "{seed}" in the model folders."""
+    seeds = params.get("seeds")
+    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        raise ConfigError(f"seeds: must be a non-empty list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds: has duplicates: {seeds}")
+    return seeds
+
+
+def model_runs(cfg: EvaluateConfig, seeds: list[int], root: Path) -> list[tuple[str, str, Path]]:
+    """(model name, seed key, folder) of every model run to evaluate, in params order."""
+    runs = []
+    for name, folder in cfg.models.items():
+        if "{seed}" in folder:
+            runs += [(name, str(seed), root / folder.format(seed=seed)) for seed in seeds]
+        else:
+            runs.append((name, UNSEEDED, root / folder))
+    return runs
+
+
+def check_model_folders(runs: list[tuple[str, str, Path]]) -> None:
+    """One error listing every model folder that is missing or lacks a model config or tokenizer."""
+    problems = [
+        f"  {name} (seed {seed}): {folder}"
+        for name, seed, folder in runs
+        if not ((folder / "config.json").is_file() and (folder / "tokenizer_config.json").is_file())
+    ]
+    if problems:
+        raise FileNotFoundError(
+            "evaluation.models: these model folders are missing or lack config.json/tokenizer_config.json "
+            "(did their training stage run? is the path right?):\n" + "\n".join(problems)
+        )
+
+
+def load_problems(path: Path, n_problems: int | None) -> tuple[list[str], list[str]]:
+    """The first `n_problems` (question, answer) pairs of a .jsonl file (all of them if None)."""
+    rows = read_jsonl(path)
+    for i, row in enumerate(rows, 1):
+        if not (isinstance(row.get("question"), str) and isinstance(row.get("answer"), str)):
+            raise ValueError(f"{path}:{i}: each row needs string fields question and answer, got {sorted(row)}")
+    if n_problems is not None and n_problems > len(rows):
+        raise ValueError(f"evaluation.n_problems: {n_problems} requested but {path} has only {len(rows)} problems")
+    rows = rows[:n_problems]
+    return [row["question"] for row in rows], [row["answer"] for row in rows]
+
+
+def summarise(per_run: dict[str, dict[str, dict[int, float]]]) -> dict:
+    """{model: {seed: {k: v}}} -> {model: {"seeds": ..., "mean": {k: ...}, "std": {k: ...}}} over seeds."""
+    summary = {}
+    for name, seeds in per_run.items():
+        ks = list(next(iter(seeds.values())))
+        values = {k: [run[k] for run in seeds.values()] for k in ks}
+        summary[name] = {
+            "seeds": seeds,
+            "mean": {k: float(np.mean(v)) for k, v in values.items()},
+            "std": {k: float(np.std(v)) for k, v in values.items()},
+        }
+    return summary
+
+
+def passk_metrics(passk: dict, k: int) -> dict[str, float]:
+    """The MLflow metrics of one k: each model's mean over seeds and each seeded run (glossary: eval/...)."""
+    metrics = {}
+    for name, result in passk.items():
+        metrics[f"eval/{name}/pass_at_k"] = result["mean"][k]
+        for seed, run in result["seeds"].items():
+            if seed != UNSEEDED:  # an unseeded model's one run is its mean
+                metrics[f"eval/{name}/seed{seed}/pass_at_k"] = run[k]
+    return metrics
+
+
+def prepare(
+    cfg: EvaluateConfig, seeds: list[int], test_path: Path, root: Path
+) -> tuple[list[tuple[str, str, Path]], list[str], list[str]]:
+    """Check every input before any model is loaded: (model runs, questions, answers)."""
+    runs = model_runs(cfg, seeds, root)
+    check_model_folders(runs)
+    questions, answers = load_problems(test_path, cfg.n_problems)
+    return runs, questions, answers
+
+
+def evaluate(
+    cfg: EvaluateConfig, runs: list[tuple[str, str, Path]], questions: list[str], answers: list[str], on: str
+) -> tuple[dict, dict]:
+    """Pass@k of every model run on the problems; returns (passk, details) as documented above."""
+    from transformers import AutoModelForCausalLM
+
+    from cory.tokenizer import load_tokenizer
+
+    per_run: dict[str, dict[str, dict[int, float]]] = {}
+    details: dict[str, dict[str, dict]] = {}
+    for name, seed, folder in runs:
+        start = time.perf_counter()
+        model = AutoModelForCausalLM.from_pretrained(folder).to(on)
+        tokenizer = load_tokenizer(str(folder))
+        result = evaluate_pass_at_k(model, tokenizer, questions, answers, cfg.prompt_template, cfg)
+        del model  # free the device before the next model is loaded
+        per_run.setdefault(name, {})[seed] = result["pass_at_k"]
+        details.setdefault(name, {})[seed] = {
+            key: result[key] for key in ("correct", "mean_response_length", "samples")
+        }
+        shown = ", ".join(f"pass@{k} {v:.3f}" for k, v in result["pass_at_k"].items())
+        print(f"evaluate: {name} seed {seed}: {shown} ({time.perf_counter() - start:.1f}s)", flush=True)
+    return summarise(per_run), details
+
+
+def main() -> None:
+    params = load_params()
+    cfg = section(params, "evaluation", EvaluateConfig)
+    eval_dir = out_dir(params, "eval")
+    test_path = out_dir(params, "data", "math", "test.jsonl")
+    seeds = training_seeds(params)
+    runs, questions, answers = prepare(cfg, seeds, test_path, out_dir(params))
+    with start_run("evaluate", {**to_dict(cfg), "seeds": seeds}, profile=profile(params), outputs=eval_dir) as tracker:
+        passk, details = evaluate(cfg, runs, questions, answers, device())
+        write_json(eval_dir / "passk.json", passk)
+        write_json(eval_dir / "details.json", details)
+        for k in cfg.ks:  # step = k, so MLflow draws each model's pass@k curve (Fig. 5) as a metric history
+            tracker.log_metrics(passk_metrics(passk, k), step=k)
+        tracker.log_artifact(eval_dir / "passk.json")
+
+
+if __name__ == "__main__":
+    main()
