@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -18,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 """The project root (where params.yaml and dvc.yaml live); stages run from here."""
 
 
-def load_params(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The raw params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file."""
+def load_params(path: str | os.PathLike | None = None, validate: bool = True) -> dict[str, Any]:
+    """The params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file.
+
+    The whole tree is validated first (pipeline.params), so a typo anywhere stops every stage before it starts."""
     path = Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found")
@@ -27,7 +30,22 @@ def load_params(path: str | os.PathLike | None = None) -> dict[str, Any]:
         params = yaml.safe_load(fh)
     if not isinstance(params, dict):
         raise ConfigError(f"{path}: must hold a mapping of settings, got {type(params).__name__}")
+    if validate:
+        from pipeline.params import validate as validate_tree
+
+        try:
+            validate_tree(params)
+        except ConfigError as exc:
+            raise ConfigError(f"{path.name}: {exc}") from None
     return params
+
+
+def run_stage(main: Callable[[], None]) -> None:
+    """Run a stage's main(); bad input (settings, missing or malformed files) ends it with one line naming it."""
+    try:
+        main()
+    except (ConfigError, FileNotFoundError) as exc:
+        sys.exit(f"error: {exc}")
 
 
 def section(params: dict[str, Any], dotted: str, cls: type[T]) -> T:
@@ -96,3 +114,33 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
     return rows
+
+
+class stage_timer:
+    """Write outputs/<profile>/metrics/timing/<stage>.json with the stage's wall time (the report's timing table)."""
+
+    def __init__(self, params: dict[str, Any], stage: str):
+        self.path = out_dir(params, "metrics", "timing", f"{stage.replace('@', '-')}.json")
+        self.stage = stage
+
+    def __enter__(self) -> "stage_timer":
+        import time
+
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        import time
+
+        if exc_type is None:
+            write_json(self.path, {"stage": self.stage, "seconds": round(time.perf_counter() - self.start, 2)})
+
+
+def seeds(params: dict[str, Any]) -> list[int]:
+    """The top-level `seeds` list every training and evaluation stage shares."""
+    value = params.get("seeds")
+    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        raise ConfigError(f"seeds: must be a non-empty list of integers, got {value!r}")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"seeds: must not repeat a seed, got {value!r}")
+    return value

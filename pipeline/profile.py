@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from cory.config import ConfigError, merge
-from pipeline.common import ROOT
+from pipeline.common import ROOT, run_stage
 from pipeline.params import validate
 
 PROFILES = ROOT / "profiles"
@@ -54,4 +54,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_stage(lambda: main(sys.argv[1:]))

@@ -1,10 +1,11 @@
-"""DVC stage `train@<group>`: every (run, seed) of one experiment group, PPO and CORY alike.
+"""DVC stage `train`: every (run, seed) of every experiment group, PPO and CORY alike.
 
-    python -m pipeline.train imdb
+    python -m pipeline.train [group ...]        # default: every group under `experiments`
 
 Runs go to outputs/<profile>/runs/<group>/<run>/seed<k>/ (see cory.experiments) and each logs an MLflow run.
-Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes; every config, model
-and prompt file is checked before the first run starts.
+Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes, drawn from one pool
+across all groups (longest first) so the GPU never waits for the stragglers of one group before the next starts.
+Every config, model and prompt file is checked before the first run starts.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cory.config import ConfigError, check, section_path, to_dict
+from cory.config import check, section_path, to_dict
 from cory.experiments import Job, TaskConfig, expand_jobs, parse_experiment, run_training
-from pipeline.common import ROOT, device, load_params, out_dir, profile, section, write_json
+from pipeline.common import ROOT, device, load_params, out_dir, profile, run_stage, section, seeds, stage_timer, write_json
 
 
 @dataclass
@@ -70,30 +71,44 @@ def run_job(job: Job, profile_name: str, log_every: int) -> dict:
     return summary
 
 
+HEADLINE = ("task_reward", "kl", "combined_reward")
+
+
+def headline(final: dict) -> dict:
+    """The DVC metrics of a run: each model's final task reward, KL and combined reward."""
+    return {k: v for k, v in final.items() if k.startswith("llm") and k.split("/")[1] in HEADLINE}
+
+
+def cost(job: Job) -> int:
+    """A rough relative cost, to start the longest runs first."""
+    return job.train.cory.n_agents * job.train.iterations * job.train.ppo.generation.response_length[1]
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) != 1:
-        raise SystemExit("usage: python -m pipeline.train <experiment group>")
-    group = argv[0]
     params = load_params()
     runtime = section(params, "runtime", RuntimeConfig)
-    exp, task = parse_experiment(params, group)
-    task = resolve(params, exp.task, task)
-    seeds = params.get("seeds")
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise ConfigError(f"seeds: must be a non-empty list of integers, got {seeds!r}")
-    jobs = expand_jobs(group, exp, task, params.get("train") or {}, seeds, out_dir(params, "runs"))
+    groups = argv or list(params.get("experiments") or {})
+    jobs: list[Job] = []
+    for group in groups:
+        exp, task = parse_experiment(params, group)
+        task = resolve(params, exp.task, task)
+        jobs += expand_jobs(group, exp, task, params.get("train") or {}, seeds(params), out_dir(params, "runs"))
     check_models(jobs)
+    jobs.sort(key=cost, reverse=True)
 
     name = profile(params)
-    if runtime.workers == 1:
-        summaries = [run_job(job, name, runtime.log_every) for job in jobs]
-    else:
-        # spawn: CUDA cannot be used in forked children.
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(runtime.workers, mp_context=context) as pool:
-            summaries = list(pool.map(run_job, jobs, [name] * len(jobs), [runtime.log_every] * len(jobs)))
-    write_json(ROOT / "metrics" / name / f"train_{group}.json", {s["run"]: s["final"] for s in summaries})
+    with stage_timer(params, "train"):
+        if runtime.workers == 1:
+            summaries = [run_job(job, name, runtime.log_every) for job in jobs]
+        else:
+            # spawn: CUDA cannot be used in forked children.
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(runtime.workers, mp_context=context) as pool:
+                summaries = list(pool.map(run_job, jobs, [name] * len(jobs), [runtime.log_every] * len(jobs)))
+    for group in groups:
+        rows = {s["run"]: headline(s["final"]) for s in summaries if s["run"].startswith(f"{group}/")}
+        write_json(out_dir(params, "metrics", f"train_{group}.json"), rows)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_stage(lambda: main(sys.argv[1:]))
