@@ -61,7 +61,7 @@ def run_job(job: Job, profile_name: str, log_every: int) -> dict:
     from cory.tracking import start_run
 
     with start_run(
-        f"train@{job.group}", to_dict(job.train), run_name=job.name, profile=profile_name, outputs=job.run_dir,
+        "train", to_dict(job.train), run_name=job.name, profile=profile_name, outputs=job.run_dir,
         seed=job.seed, algorithm=job.algorithm, tags={"group": job.group, "run": job.run},
     ) as tracker:
         summary = run_training(job, device(), tracker, log_every)
