@@ -1,0 +1,530 @@
+"""Small models trained from scratch: the base language models and the sentiment reward classifier.
+
+No pretrained GPT-2 or sentiment classifier is reachable offline (shared/OFFLINE.md), so the pipeline trains GPT-2
+shaped stand-ins: causal LMs on IMDB reviews (for GPT2-Large / GPT2-XL) and on math text, and a GPT-2 sequence
+classifier (for `lvwerra/distilbert-imdb`), optionally started from the IMDB LM's body. Everything is saved with
+`save_pretrained` (safetensors) next to its tokenizer, so plain `transformers` `Auto*.from_pretrained(dir)` loads it.
+
+Speed (the stages have a minute or two of GPU): the corpus is packed into one token stream that lives on the device
+and batches are random contiguous windows gathered there; bf16 autocast, TF32 and fused AdamW on CUDA; no host sync
+inside the loop except at evaluations; optional `torch.compile`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel
+
+from cory.config import ConfigError, check, section_path
+
+ID2LABEL = {0: "NEGATIVE", 1: "POSITIVE"}
+"""The label names of `lvwerra/distilbert-imdb`, so the reward reads the POSITIVE logit the same way (CORY.md §2.1)."""
+
+
+@dataclass
+class LMConfig:
+    """Shape of a GPT-2 built from scratch (random init)."""
+
+    n_layer: int = 6
+    """Transformer blocks."""
+    n_embd: int = 384
+    """Hidden width."""
+    n_head: int = 6
+    """Attention heads; must divide n_embd."""
+    n_positions: int = 256
+    """Longest sequence (position embeddings); RL texts are ~10-60 tokens."""
+    dropout: float = 0.1
+    """Embedding, attention and residual dropout (GPT-2's 0.1; stays in the saved config, as in the hub's GPT-2)."""
+
+    def __post_init__(self) -> None:
+        path = section_path("lm")
+        for name in ("n_layer", "n_embd", "n_head", "n_positions"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        check(self.n_embd % self.n_head == 0, f"{path}.n_head", f"must divide n_embd = {self.n_embd}")
+        check(0.0 <= self.dropout < 1.0, f"{path}.dropout", f"must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class PretrainConfig:
+    """Causal-LM pretraining on a packed token stream: AdamW, linear warmup then cosine decay."""
+
+    epochs: float = 1.0
+    """Passes over the training stream: steps = ceil(epochs * stream tokens / batch_tokens), unless `steps` is set."""
+    steps: int | None = None
+    """Optimizer steps; when set, overrides epochs."""
+    batch_tokens: int = 65536
+    """Tokens per optimizer step (batch_tokens / seq_len windows); must be a multiple of seq_len."""
+    seq_len: int = 256
+    """Window length in tokens; at most the model's n_positions."""
+    learning_rate: float = 1e-3
+    """Peak AdamW learning rate."""
+    min_lr_ratio: float = 0.1
+    """The cosine decays to learning_rate * min_lr_ratio at the last step."""
+    warmup_steps: int = 100
+    """Linear warmup steps."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    weight_decay: float = 0.1
+    """AdamW weight decay on matrices and embeddings (not on biases and layer norms)."""
+    grad_clip: float | None = 1.0
+    """Clip the gradient norm to this; null disables."""
+    eval_every: int = 200
+    """Steps between validation evaluations (the last step is always evaluated)."""
+    eval_tokens: int = 262144
+    """Validation tokens scored per evaluation (the start of the validation stream)."""
+    seed: int = 0
+    """Seeds the init, dropout and the window sampler."""
+    compile: bool = False
+    """torch.compile the model for the training steps (CUDA; pays a compile time up front)."""
+
+    def __post_init__(self) -> None:
+        path = section_path("pretrain")
+        check(self.steps is None or self.steps > 0, f"{path}.steps", f"must be > 0 or null, got {self.steps}")
+        for name in ("epochs", "seq_len", "learning_rate", "eval_every", "eval_tokens"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        check(
+            self.batch_tokens > 0 and self.batch_tokens % self.seq_len == 0,
+            f"{path}.batch_tokens",
+            f"must be a positive multiple of seq_len = {self.seq_len}, got {self.batch_tokens}",
+        )
+        check(0.0 <= self.min_lr_ratio <= 1.0, f"{path}.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+        check(self.warmup_steps >= 0, f"{path}.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        check(self.weight_decay >= 0, f"{path}.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(self.grad_clip is None or self.grad_clip > 0, f"{path}.grad_clip", f"must be > 0 or null")
+
+
+@dataclass
+class ClassifierConfig:
+    """The sentiment reward classifier: a GPT-2 with a 2-way head on the last token, trained with cross-entropy."""
+
+    epochs: float = 2.0
+    """Passes over the training reviews."""
+    batch_size: int = 64
+    """Reviews per optimizer step."""
+    learning_rate: float = 3e-4
+    """Peak AdamW learning rate (warmup, then cosine decay to 0)."""
+    warmup_steps: int = 50
+    """Linear warmup steps."""
+    weight_decay: float = 0.01
+    """AdamW weight decay on matrices and embeddings."""
+    grad_clip: float | None = 1.0
+    """Clip the gradient norm to this; null disables."""
+    max_length: int = 256
+    """Reviews are cut to their first max_length tokens."""
+    short_fraction: float = 0.5
+    """Fraction of batches whose reviews are cut to short prefixes: the RL reward scores ~10-30-token texts."""
+    short_tokens: tuple[int, int] = (8, 48)
+    """Inclusive range of the short-prefix lengths, drawn per review."""
+    eval_prefix_tokens: int = 32
+    """Secondary metric: accuracy on the first this-many tokens of each held-out review."""
+    seed: int = 0
+    """Seeds the head's init, dropout, batch order and crops."""
+    lm: LMConfig = field(default_factory=LMConfig)
+    """Shape of the classifier when it is not initialised from a pretrained LM."""
+
+    def __post_init__(self) -> None:
+        path = section_path("classifier")
+        for name in ("epochs", "batch_size", "learning_rate", "max_length", "eval_prefix_tokens"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        check(0.0 <= self.short_fraction <= 1.0, f"{path}.short_fraction", "must be in [0, 1]")
+        lo, hi = self.short_tokens
+        check(1 <= lo <= hi, f"{path}.short_tokens", f"need 1 <= min <= max, got {list(self.short_tokens)}")
+        check(self.warmup_steps >= 0, f"{path}.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        check(self.grad_clip is None or self.grad_clip > 0, f"{path}.grad_clip", "must be > 0 or null")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _gpt2_config(cfg: LMConfig, vocab_size: int, eos_token_id: int, **extra) -> GPT2Config:
+    return GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=cfg.n_positions,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.dropout,
+        activation_function="gelu_pytorch_tanh",  # GPT-2's tanh GELU as one fused kernel (HF's gelu_new is ~8 ops)
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=eos_token_id,  # GPT-2 has no pad token; padding with EOS is what TRL does
+        **extra,
+    )
+
+
+def build_causal_lm(cfg: LMConfig, vocab_size: int, eos_token_id: int) -> GPT2LMHeadModel:
+    """A randomly initialised GPT-2 LM (tied input/output embeddings)."""
+    return GPT2LMHeadModel(_gpt2_config(cfg, vocab_size, eos_token_id))
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Distinct parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def load_pretrained(loader, name_or_path: str, setting: str, **kwargs):
+    """`loader(name_or_path, **kwargs)` (a `from_pretrained`, or `load_tokenizer`), or one error naming `setting` and
+    how to work offline."""
+    try:
+        return loader(name_or_path, **kwargs)
+    except (OSError, ValueError) as exc:  # missing files / no hub: OSError; a folder without model_type: ValueError
+        if Path(name_or_path).exists():
+            raise ConfigError(f"{setting}: {name_or_path}: the local folder cannot be loaded ({exc})") from None
+        raise ConfigError(
+            f"{setting}: {name_or_path!r} is not a local folder, and the Hugging Face hub is unreachable (or has no "
+            f"such model). Offline, use 'scratch' or a folder written by save_pretrained."
+        ) from None
+
+
+def save_model(model, tokenizer, directory: str | Path) -> None:
+    """Model (safetensors) + tokenizer, loadable with plain `Auto*.from_pretrained(directory)`."""
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Shared training pieces
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _is_cuda(device: str) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def _setup(device: str) -> bool:
+    """Fast CUDA matmuls; returns whether bf16 autocast is on (CUDA only: CPU runs are the tiny test configs)."""
+    cuda = _is_cuda(device)
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return cuda
+
+
+def _adamw(model, lr: float, weight_decay: float, betas: tuple[float, float], cuda: bool) -> torch.optim.AdamW:
+    # GPT-2/nanoGPT practice: decay matrices and embeddings, not biases and layer-norm gains
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=cuda)
+
+
+def _warmup_cosine(optimizer, warmup: int, total: int, min_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _sync(device: str) -> None:
+    if _is_cuda(device):
+        torch.cuda.synchronize()
+
+
+def pack(tokenizer, texts: list[str]) -> torch.Tensor:
+    """All texts as one token stream, each followed by EOS. (N,) int64."""
+    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    return torch.from_numpy(np.fromiter((t for seq in ids for t in (*seq, eos)), dtype=np.int64))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Language-model pretraining
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def lm_loss(model, window: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Next-token cross-entropy of the token windows `window` (B, T+1) under a HF causal LM without a head bias.
+
+    The output layer runs on a vocabulary padded to a multiple of 64 whose extra logits get a -1e4 bias (zero
+    probability, so the loss is exactly the unpadded one): with GPT-2's odd 50,257 rows cuBLAS falls back to slow
+    unaligned kernels, which made whole training steps ~4x slower on an H200.
+    """
+    hidden = model.base_model(input_ids=window[:, :-1]).last_hidden_state  # (B, T, H)
+    weight = model.get_output_embeddings().weight  # (V, H)
+    pad = -weight.shape[0] % 64
+    bias = torch.zeros(weight.shape[0] + pad, device=weight.device)
+    bias[weight.shape[0] :] = -1e4
+    logits = F.linear(hidden, F.pad(weight, (0, 0, 0, pad)), bias)  # (B, T, V + pad)
+    return F.cross_entropy(logits.flatten(0, 1).float(), window[:, 1:].flatten(), reduction=reduction)
+
+
+@torch.no_grad()
+def evaluate_lm(model, stream: torch.Tensor, seq_len: int, rows: int, max_tokens: int, bf16: bool) -> float:
+    """Mean next-token loss over consecutive windows of `stream` (on the model's device), up to `max_tokens`."""
+    was_training = model.training
+    model.eval()
+    n = min(max_tokens, len(stream) - 1) // seq_len
+    if n == 0:
+        raise ValueError(f"validation stream of {len(stream)} tokens is shorter than one window of {seq_len + 1}")
+    # window i = stream[i*T : (i+1)*T + 1]: consecutive windows overlap by the one token each one predicts last
+    windows = stream[: n * seq_len + 1].unfold(0, seq_len + 1, seq_len)  # (n, T+1)
+    total = torch.zeros((), device=stream.device)
+    for start in range(0, n, rows):
+        with torch.autocast(stream.device.type, dtype=torch.bfloat16, enabled=bf16):
+            total += lm_loss(model, windows[start : start + rows], reduction="sum")
+    model.train(was_training)
+    return total.item() / (n * seq_len)
+
+
+def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], cfg: PretrainConfig, device: str) -> dict:
+    """Train `model` in place on random windows of the packed `train_texts`; returns metrics and a loss history."""
+    started = time.perf_counter()
+    if cfg.seq_len > model.config.n_positions:
+        raise ConfigError(f"pretrain.seq_len: {cfg.seq_len} exceeds the model's n_positions {model.config.n_positions}")
+    bf16 = _setup(device)
+    torch.manual_seed(cfg.seed)
+    train_stream = pack(tokenizer, train_texts).to(device)  # (N,)
+    val_stream = pack(tokenizer, val_texts).to(device)  # (M,)
+    if len(train_stream) <= cfg.seq_len + 1:
+        raise ValueError(f"training stream of {len(train_stream)} tokens is shorter than one window of {cfg.seq_len + 1}")
+    rows = cfg.batch_tokens // cfg.seq_len
+    steps = cfg.steps or math.ceil(cfg.epochs * len(train_stream) / cfg.batch_tokens)
+    model.to(device).train()
+    optimizer = _adamw(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, bf16)
+    schedule = _warmup_cosine(optimizer, cfg.warmup_steps, steps, cfg.min_lr_ratio)
+    loss_fn = torch.compile(lm_loss) if cfg.compile else lm_loss
+    sampler = torch.Generator(device=device).manual_seed(cfg.seed)
+    offsets = torch.arange(cfg.seq_len + 1, device=device)  # (T+1,)
+    _sync(device)
+    prepared = time.perf_counter()
+
+    history, running, eval_seconds, last_eval = [], torch.zeros((), device=device), 0.0, 0
+    for step in range(1, steps + 1):
+        starts = torch.randint(0, len(train_stream) - cfg.seq_len, (rows, 1), device=device, generator=sampler)
+        window = train_stream[starts + offsets]  # (rows, T+1)
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model, window)
+        loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        running += loss.detach()  # stays on the device: no per-step sync
+
+        if step % cfg.eval_every == 0 or step == steps:
+            eval_started = time.perf_counter()
+            val_loss = evaluate_lm(model, val_stream, cfg.seq_len, rows, cfg.eval_tokens, bf16)
+            history.append(
+                {
+                    "step": step,
+                    "train_loss": running.item() / (step - last_eval),
+                    "val_loss": val_loss,
+                    "lr": schedule.get_last_lr()[0],
+                    "seconds": time.perf_counter() - prepared,
+                }
+            )
+            running.zero_()
+            last_eval = step
+            eval_seconds += time.perf_counter() - eval_started
+
+    train_seconds = time.perf_counter() - prepared - eval_seconds
+    model.eval()
+    return {
+        "params": count_parameters(model),
+        "steps": steps,
+        "epochs": steps * cfg.batch_tokens / len(train_stream),
+        "train_tokens": len(train_stream),
+        "val_tokens_scored": min(cfg.eval_tokens, len(val_stream) - 1) // cfg.seq_len * cfg.seq_len,
+        "train_loss": history[-1]["train_loss"],
+        "val_loss": history[-1]["val_loss"],
+        "val_perplexity": math.exp(history[-1]["val_loss"]),
+        "tokens_per_second": steps * cfg.batch_tokens / train_seconds,
+        "train_seconds": train_seconds,
+        "total_seconds": time.perf_counter() - started,
+        "history": history,
+    }
+
+
+@torch.no_grad()
+def sample_texts(model, tokenizer, prompts: list[str], max_new_tokens: int, device: str, seed: int) -> list[str]:
+    """One sampled continuation per prompt (pure sampling: top_k 0, top_p 1, as the paper's rollouts)."""
+    was_training = model.training
+    model.to(device).eval()
+    torch.manual_seed(seed)
+    batch = tokenizer(prompts, return_tensors="pt", padding=True).to(device)  # left padding: (B, T)
+    output = model.generate(
+        **batch,
+        do_sample=True,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )  # (B, T + new)
+    model.train(was_training)
+    return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Sentiment reward classifier
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _encode_reviews(tokenizer, texts: list[str], max_length: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Right-padded first `max_length` tokens of each text: ids (N, max_length) int64 and lengths (N,) on the host."""
+    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    lengths = np.array([min(len(seq), max_length) for seq in ids])
+    if (lengths == 0).any():
+        raise ValueError(f"text {int(np.argmin(lengths))} is empty: a classifier needs at least one token")
+    tokens = np.full((len(ids), max_length), tokenizer.pad_token_id, dtype=np.int64)
+    for row, seq in enumerate(ids):
+        tokens[row, : lengths[row]] = seq[:max_length]
+    return torch.from_numpy(tokens), lengths
+
+
+def _crop(tokens: torch.Tensor, lengths: np.ndarray, rows: np.ndarray, keep: np.ndarray, pad_id: int) -> torch.Tensor:
+    """Rows `rows` of `tokens` cut to their first `keep` tokens, re-padded, as narrow as the longest: (b, width).
+
+    Widths come from host-side lengths, so batching never waits for the device.
+    """
+    kept = np.minimum(lengths[rows], keep)  # (b,)
+    width = int(kept.max())
+    batch = tokens[torch.from_numpy(rows).to(tokens.device), :width]  # (b, width)
+    cut = torch.arange(width, device=tokens.device) >= torch.from_numpy(kept).to(tokens.device)[:, None]
+    return batch.masked_fill(cut, pad_id)
+
+
+@torch.no_grad()
+def classifier_accuracy(
+    model, tokenizer, texts: list[str], labels: list[int], max_length: int, device: str, batch_size: int = 256
+) -> float:
+    """Accuracy (label 1 = POSITIVE) on the first `max_length` tokens of each text, scored as the RL reward scores:
+    the tokenizer's own call with right padding and an attention mask, so any hub classifier is scored right too."""
+    texts, labels = list(texts), list(labels)
+    was_training = model.training
+    model.to(device).eval()
+    correct = 0
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(
+            texts[start : start + batch_size],
+            truncation=True,
+            max_length=max_length,
+            padding=True,
+            padding_side="right",
+            return_tensors="pt",
+        ).to(device)
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=_is_cuda(device)):
+            logits = model(**batch).logits  # (b, num_labels)
+        correct += (logits.argmax(-1).cpu() == torch.tensor(labels[start : start + batch_size])).sum().item()
+    model.train(was_training)
+    return correct / len(texts)
+
+
+def build_classifier(tokenizer, cfg: ClassifierConfig, init_from: str | Path | None = None):
+    """A 2-label GPT-2 sequence classifier: the body of the causal LM in `init_from`, or random with shape `cfg.lm`."""
+    labels = {"num_labels": 2, "id2label": ID2LABEL, "label2id": {v: k for k, v in ID2LABEL.items()}}
+    if init_from is None:
+        return GPT2ForSequenceClassification(_gpt2_config(cfg.lm, len(tokenizer), tokenizer.eos_token_id, **labels))
+    from transformers import AutoModelForSequenceClassification
+
+    # The LM's body is loaded; its LM head is dropped and the 2-way score head starts random.
+    return load_pretrained(
+        AutoModelForSequenceClassification.from_pretrained,
+        str(init_from),
+        "reward_model.init_from",
+        pad_token_id=tokenizer.pad_token_id,
+        **labels,
+    )
+
+
+def train_reward_classifier(
+    texts: list[str],
+    labels: list[int],
+    val_texts: list[str],
+    val_labels: list[int],
+    tokenizer,
+    cfg: ClassifierConfig,
+    device: str,
+    init_from: str | Path | None = None,
+):
+    """Train a sentiment classifier (label 1 = POSITIVE); returns (model, metrics) with held-out accuracies.
+
+    A fraction `short_fraction` of the batches cut every review to a random short prefix, so that the POSITIVE logit
+    is meaningful on the short query+response texts the RL reward scores, not only on full reviews.
+    """
+    started = time.perf_counter()
+    bf16 = _setup(device)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    model = build_classifier(tokenizer, cfg, init_from).to(device).train()
+    if cfg.max_length > model.config.n_positions:
+        raise ConfigError(f"classifier.max_length: {cfg.max_length} exceeds the model's n_positions")
+    tokens, lengths = _encode_reviews(tokenizer, texts, cfg.max_length)
+    tokens = tokens.to(device)  # (N, max_length)
+    y = torch.tensor(labels, device=device)  # (N,)
+    pad_id = model.config.pad_token_id
+
+    steps_per_epoch = math.ceil(len(texts) / cfg.batch_size)
+    steps = math.ceil(cfg.epochs * steps_per_epoch)
+    order = np.concatenate([rng.permutation(len(texts)) for _ in range(math.ceil(cfg.epochs) + 1)])
+    optimizer = _adamw(model, cfg.learning_rate, cfg.weight_decay, (0.9, 0.999), bf16)
+    schedule = _warmup_cosine(optimizer, cfg.warmup_steps, steps, 0.0)
+    lo, hi = cfg.short_tokens
+    history, running, eval_seconds = [], torch.zeros((), device=device), 0.0
+    _sync(device)
+    prepared = time.perf_counter()
+    for step in range(1, steps + 1):
+        rows = order[(step - 1) * cfg.batch_size : step * cfg.batch_size]
+        short = rng.random() < cfg.short_fraction
+        keep = rng.integers(lo, hi + 1, size=len(rows)) if short else np.full(len(rows), cfg.max_length)
+        # Right padding with no attention mask: under causal attention the last real token, which the head reads
+        # (found through the pad id), never sees the pads after it, and the unmasked path runs flash attention.
+        batch = _crop(tokens, lengths, rows, keep, pad_id)  # (B, width)
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=batch).logits  # (B, 2)
+        loss = F.cross_entropy(logits.float(), y[torch.from_numpy(rows).to(device)])
+        loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        running += loss.detach()
+
+        if step % steps_per_epoch == 0 or step == steps:
+            eval_started = time.perf_counter()
+            history.append(
+                {
+                    "step": step,
+                    "epoch": step / steps_per_epoch,
+                    "train_loss": running.item() / (step - (history[-1]["step"] if history else 0)),
+                    "accuracy": classifier_accuracy(model, tokenizer, val_texts, val_labels, cfg.max_length, device),
+                    "seconds": time.perf_counter() - prepared,
+                }
+            )
+            running.zero_()
+            eval_seconds += time.perf_counter() - eval_started
+
+    train_seconds = time.perf_counter() - prepared - eval_seconds
+    model.eval()
+    prefix = cfg.eval_prefix_tokens
+    metrics = {
+        "params": count_parameters(model),
+        "steps": steps,
+        "train_reviews": len(texts),
+        "val_reviews": len(val_texts),
+        "accuracy": history[-1]["accuracy"],
+        f"accuracy_prefix{prefix}": classifier_accuracy(model, tokenizer, val_texts, val_labels, prefix, device),
+        "train_loss": history[-1]["train_loss"],
+        "reviews_per_second": steps * cfg.batch_size / train_seconds,
+        "train_seconds": train_seconds,
+        "total_seconds": time.perf_counter() - started,
+        "history": history,
+    }
+    return model, metrics

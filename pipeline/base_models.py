@@ -1,0 +1,168 @@
+"""DVC stage base_model@<name>: one base language model, outputs/<profile>/models/<name>/ (model + tokenizer).
+
+`python -m pipeline.base_models <name>` reads params `base_models.<name>`. The default profile names three:
+- imdb_small: the GPT2-Large stand-in that PPO and both CORY agents start from;
+- imdb_large: the GPT2-XL stand-in of the model-size ablation, about twice imdb_small's parameters (as many as the
+  two CORY copies together; `compare_params_with: imdb_small` writes the ratio to its metrics);
+- math: the GSM8K-task model, pretrained on data/math/pretrain.jsonl in `cory.mathgen`'s "Question: ... Answer:" format.
+A `source` other than "scratch" (a hub name such as gpt2-large, or a local folder) is saved as it is, not trained.
+
+Writes, besides the model folder (which also gets training.json: loss history, config, versions, commit):
+outputs/<profile>/metrics/base_models/<name>.json (parameters, validation perplexity, speed) and
+outputs/<profile>/samples/base_models/<name>.json (sampled continuations, to read what the model writes).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import transformers
+
+from cory.config import ConfigError, check, section_path, to_dict
+from cory.pretrain import (
+    LMConfig,
+    PretrainConfig,
+    build_causal_lm,
+    count_parameters,
+    load_pretrained,
+    pretrain_lm,
+    sample_texts,
+    save_model,
+)
+from cory.tokenizer import load_tokenizer
+from cory.tracking import git_commit, start_run
+from pipeline.common import device, load_params, out_dir, profile, read_jsonl, section, write_json
+
+SCRATCH = "scratch"
+TABLE3_PROMPTS = ["This is one of Jackies", "I find it hard to believe", "This movie was highly entertaining. The"]
+"""The IMDB snippets of the paper's qualitative Table 3 (CORY.md §4), continued first in every IMDB model's samples."""
+
+
+@dataclass
+class BaseModelConfig:
+    """One base language model (params `base_models.<name>`)."""
+
+    corpus: Literal["imdb", "math"]
+    """Training text: "imdb" (data/imdb train and validation reviews) or "math" (data/math/pretrain.jsonl problems)."""
+    source: str = SCRATCH
+    """"scratch" trains a GPT-2 of shape `lm` from random init; a hub name (gpt2-large) or folder is saved as it is."""
+    tokenizer: str = "offline-gpt2"
+    """Tokenizer of a scratch model (a loaded source brings its own)."""
+    holdout: int = 0
+    """math corpus: problems of pretrain.jsonl held out for validation perplexity (imdb has its validation split)."""
+    lm: LMConfig = field(default_factory=LMConfig)
+    """Shape of a scratch model."""
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    """Training of a scratch model."""
+    compare_params_with: str | None = None
+    """Another base model's name: metrics `param_ratio` = this model's parameters / that model's."""
+    samples: int = 8
+    """Prompts continued in the samples file (IMDB: the Table 3 snippets, then review openings; math: held-out questions)."""
+    sample_tokens: int = 32
+    """New tokens per sample."""
+
+    def __post_init__(self) -> None:
+        path = section_path("base_models.<name>")
+        check(
+            (self.holdout > 0) == (self.corpus == "math"),
+            f"{path}.holdout",
+            f"must be > 0 for the math corpus and 0 for imdb (it has a validation split), got {self.holdout}",
+        )
+        check(self.samples >= 0, f"{path}.samples", f"must be >= 0, got {self.samples}")
+        check(self.sample_tokens > 0, f"{path}.sample_tokens", f"must be > 0, got {self.sample_tokens}")
+
+
+def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[str], list[str], list[str]]:
+    """(train texts, validation texts, sample prompts) of the model's corpus, read from the data stages' files."""
+    if cfg.corpus == "imdb":
+        data = out_dir(params, "data", "imdb")
+        train = [row["text"] for row in read_jsonl(data / "train.jsonl")]
+        validation = [row["text"] for row in read_jsonl(data / "validation.jsonl")]
+        prompts = TABLE3_PROMPTS + [" ".join(text.split()[:4]) for text in validation]
+        return train, validation, prompts[: cfg.samples]
+    from cory.mathgen import format_example, format_prompt, pretraining_texts
+
+    problems = read_jsonl(out_dir(params, "data", "math", "pretrain.jsonl"))
+    if cfg.holdout >= len(problems):
+        raise ConfigError(f"base_models.{name}.holdout: {cfg.holdout} leaves none of {len(problems)} problems to train")
+    random.Random(cfg.pretrain.seed).shuffle(problems)
+    held_out, kept = problems[: cfg.holdout], problems[cfg.holdout :]
+    # mathgen's mix of plain and observer-style ("Reference: ...") examples, so the observer's prompt is familiar
+    train = pretraining_texts(kept, seed=cfg.pretrain.seed)
+    validation = [format_example(problem) for problem in held_out]
+    return train, validation, [format_prompt(problem["question"]) for problem in held_out[: cfg.samples]]
+
+
+def parameter_count(name: str, params: dict) -> int:
+    """Parameters of base model `name` as its params describe it, built on the meta device (no memory, no training)."""
+    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    with torch.device("meta"):
+        if cfg.source == SCRATCH:
+            tokenizer = load_tokenizer(cfg.tokenizer)
+            return count_parameters(build_causal_lm(cfg.lm, len(tokenizer), tokenizer.eos_token_id))
+        config = load_pretrained(transformers.AutoConfig.from_pretrained, cfg.source, f"base_models.{name}.source")
+        return count_parameters(transformers.AutoModelForCausalLM.from_config(config))
+
+
+def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str) -> tuple[dict, dict, list[dict]]:
+    """Train (or load) model `name` and save it with its tokenizer; returns (metrics, training record, samples)."""
+    train, validation, prompts = corpus_texts(name, cfg, params)  # missing data files fail here, before model work
+    reference_params = parameter_count(cfg.compare_params_with, params) if cfg.compare_params_with else None
+    if cfg.source == SCRATCH:
+        tokenizer = load_tokenizer(cfg.tokenizer)
+        torch.manual_seed(cfg.pretrain.seed)
+        model = build_causal_lm(cfg.lm, len(tokenizer), tokenizer.eos_token_id)
+        result = pretrain_lm(model, tokenizer, train, validation, cfg.pretrain, device)
+    else:
+        setting = f"base_models.{name}.source"
+        model = load_pretrained(transformers.AutoModelForCausalLM.from_pretrained, cfg.source, setting)
+        tokenizer = load_pretrained(load_tokenizer, cfg.source, setting)
+        result = {"params": count_parameters(model)}
+    model_dir = out_dir(params, "models", name)
+    save_model(model, tokenizer, model_dir)
+
+    history = result.pop("history", [])
+    metrics = dict(result)
+    if reference_params is not None:
+        metrics["param_ratio"] = metrics["params"] / reference_params
+    record = {
+        "name": name,
+        "source": cfg.source,
+        "config": to_dict(cfg),
+        "history": history,
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
+        "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__},
+        "git_commit": git_commit(),
+    }
+    write_json(model_dir / "training.json", record)
+    continuations = sample_texts(model, tokenizer, prompts, cfg.sample_tokens, device, cfg.pretrain.seed) if prompts else []
+    samples = [{"prompt": p, "continuation": c} for p, c in zip(prompts, continuations)]
+    return metrics, record, samples
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    params = load_params()
+    names = list(params.get("base_models") or {})
+    if len(argv) != 1 or argv[0] not in names:
+        raise SystemExit(f"usage: python -m pipeline.base_models NAME, with NAME one of base_models: {', '.join(names)}")
+    name = argv[0]
+    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    with start_run(f"base_model@{name}", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", name)) as tracker:
+        metrics, record, samples = build_base_model(name, cfg, params, device())
+        for row in record["history"]:
+            tracker.log_metrics({"train_loss": row["train_loss"], "val_loss": row["val_loss"]}, step=row["step"])
+        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
+    write_json(out_dir(params, "metrics", "base_models", f"{name}.json"), metrics)
+    write_json(out_dir(params, "samples", "base_models", f"{name}.json"), samples)
+    print(f"base_model@{name}: {metrics}")
+    for sample in samples[:4]:
+        print(f"  {sample['prompt']!r} -> {sample['continuation']!r}")
+
+
+if __name__ == "__main__":
+    main()

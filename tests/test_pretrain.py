@@ -1,0 +1,238 @@
+"""Base LMs and the reward classifier: shapes, the padded-head loss, learning on toy data, save/load, the stages."""
+
+import huggingface_hub
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny import WORDS, tiny_tokenizer
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+from cory.config import ConfigError, from_dict
+from cory.pretrain import (
+    ClassifierConfig,
+    LMConfig,
+    PretrainConfig,
+    build_causal_lm,
+    build_classifier,
+    classifier_accuracy,
+    count_parameters,
+    lm_loss,
+    load_pretrained,
+    pretrain_lm,
+    sample_texts,
+    save_model,
+    train_reward_classifier,
+)
+
+TINY = LMConfig(n_layer=2, n_embd=32, n_head=2, n_positions=64, dropout=0.0)
+
+
+@pytest.fixture
+def tok():
+    return tiny_tokenizer()
+
+
+def test_parameter_count_is_gpt2s_formula():
+    vocab, d, layers, positions = 101, 32, 3, 40
+    model = build_causal_lm(LMConfig(n_layer=layers, n_embd=d, n_head=4, n_positions=positions), vocab, 0)
+    # tied embeddings + positions + per block (4 matrices with biases, 2 layer norms) + final layer norm
+    assert count_parameters(model) == vocab * d + positions * d + layers * (12 * d * d + 13 * d) + 2 * d
+
+
+def test_padded_head_loss_equals_the_models_own_loss():
+    model = build_causal_lm(TINY, 101, 0).eval()  # 101 rows: padded to 128 inside lm_loss
+    window = torch.randint(0, 101, (3, 9))
+    expected = F.cross_entropy(model(input_ids=window[:, :-1]).logits.flatten(0, 1), window[:, 1:].flatten())
+    loss = lm_loss(model, window)
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(lm_loss(model, window, reduction="sum"), expected * 24)
+    loss.backward()
+    grad = model.transformer.wte.weight.grad.clone()
+    model.zero_grad()
+    expected.backward()
+    torch.testing.assert_close(grad, model.transformer.wte.weight.grad)
+
+
+def test_pretraining_learns_a_repetitive_corpus(tok):
+    texts = ["the movie was very good and the plot was good"] * 20
+    model = build_causal_lm(TINY, len(tok), tok.eos_token_id)
+    cfg = PretrainConfig(steps=40, batch_tokens=128, seq_len=16, learning_rate=1e-2, warmup_steps=5, eval_every=20)
+    metrics = pretrain_lm(model, tok, texts, texts[:2], cfg, "cpu")
+    assert [row["step"] for row in metrics["history"]] == [20, 40]
+    # from about ln(14) = 2.6 at random init; what is left is mostly each window's unpredictable first token
+    assert metrics["val_loss"] < 0.7 and metrics["history"][0]["val_loss"] > metrics["val_loss"]
+    assert metrics["val_perplexity"] == pytest.approx(torch.tensor(metrics["val_loss"]).exp().item())
+    assert metrics["params"] == count_parameters(model) and metrics["tokens_per_second"] > 0
+    continuation = sample_texts(model, tok, ["the movie"], 4, "cpu", seed=0)
+    assert continuation[0].split()[:2] == ["was", "very"]
+
+
+def test_epochs_set_the_number_of_steps(tok):
+    texts = ["good movie"] * 16  # 16 * 3 tokens (with EOS) = 48 tokens
+    model = build_causal_lm(TINY, len(tok), tok.eos_token_id)
+    metrics = pretrain_lm(model, tok, texts, texts, PretrainConfig(epochs=2.0, batch_tokens=16, seq_len=8), "cpu")
+    assert metrics["steps"] == 6
+
+
+def test_pretrain_config_errors_name_the_setting():
+    with pytest.raises(ConfigError, match=r"base_models.x.pretrain.batch_tokens: must be a positive multiple of seq_len"):
+        from_dict(PretrainConfig, {"batch_tokens": 100, "seq_len": 64}, "base_models.x.pretrain")
+    with pytest.raises(ConfigError, match=r"lm.n_head: must divide n_embd"):
+        from_dict(LMConfig, {"n_embd": 30, "n_head": 4}, "lm")
+
+
+def toy_sentiment(n: int) -> tuple[list[str], list[int]]:
+    texts = [("the movie was very good" if i % 2 else "the film was very bad") + " and the plot" * (i % 3) for i in range(n)]
+    return texts, [i % 2 for i in range(n)]
+
+
+def test_classifier_learns_a_separable_toy_task(tok):
+    texts, labels = toy_sentiment(64)
+    cfg = ClassifierConfig(epochs=4, batch_size=16, learning_rate=3e-3, warmup_steps=2, max_length=16, lm=TINY)
+    model, metrics = train_reward_classifier(texts, labels, texts[:10], labels[:10], tok, cfg, "cpu")
+    assert metrics["accuracy"] == 1.0
+    assert metrics["accuracy_prefix32"] == 1.0
+    assert [row["epoch"] for row in metrics["history"]] == [1.0, 2.0, 3.0, 4.0]
+    assert model.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}
+
+
+def test_classifier_accuracy_reads_the_last_real_token_under_padding(tok):
+    model = build_classifier(tok, ClassifierConfig(lm=TINY)).eval()
+    texts = ["good", "the movie was very good and the plot"]  # very different lengths: the first is padded
+    batch = tok(texts, padding=True, padding_side="right", return_tensors="pt")
+    alone = torch.stack([model(**tok([t], return_tensors="pt")).logits[0] for t in texts])
+    torch.testing.assert_close(model(**batch).logits, alone)
+    predicted = alone.argmax(-1).tolist()
+    assert classifier_accuracy(model, tok, texts, predicted, 16, "cpu") == 1.0
+
+
+def test_classifier_starts_from_the_lms_body(tok, tmp_path):
+    lm = build_causal_lm(TINY, len(tok), tok.eos_token_id)
+    save_model(lm, tok, tmp_path)
+    classifier = build_classifier(tok, ClassifierConfig(), init_from=tmp_path)
+    torch.testing.assert_close(classifier.transformer.h[1].mlp.c_fc.weight, lm.transformer.h[1].mlp.c_fc.weight)
+    assert classifier.config.pad_token_id == tok.pad_token_id and classifier.config.num_labels == 2
+
+
+def test_save_and_load_with_plain_transformers(tok, tmp_path):
+    lm = build_causal_lm(TINY, len(tok), tok.eos_token_id).eval()
+    save_model(lm, tok, tmp_path / "lm")
+    assert (tmp_path / "lm" / "model.safetensors").is_file()
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "lm").eval()
+    ids = torch.tensor([[2, 3, 4, 5]])
+    torch.testing.assert_close(loaded(input_ids=ids).logits, lm(input_ids=ids).logits)
+    assert AutoTokenizer.from_pretrained(tmp_path / "lm").convert_ids_to_tokens([2, 3]) == WORDS[2:4]
+
+    classifier = build_classifier(tok, ClassifierConfig(lm=TINY)).eval()
+    save_model(classifier, tok, tmp_path / "reward")
+    again = AutoModelForSequenceClassification.from_pretrained(tmp_path / "reward").eval()
+    torch.testing.assert_close(again(input_ids=ids).logits, classifier(input_ids=ids).logits)
+    assert again.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}
+
+
+def test_loading_says_the_hub_is_unreachable_offline(monkeypatch, tmp_path):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError, match=r"base_models.imdb_small.source: 'gpt2-large' .*hub is unreachable"):
+        load_pretrained(AutoModelForCausalLM.from_pretrained, "gpt2-large", "base_models.imdb_small.source")
+    with pytest.raises(ConfigError, match="the local folder cannot be loaded"):
+        load_pretrained(AutoModelForCausalLM.from_pretrained, str(tmp_path), "reward_model.source")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The stages, on tiny models and data
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, tok):
+    """A profile "t" under tmp_path with toy IMDB splits, math problems and a tiny tokenizer folder."""
+    import pipeline.common
+    from cory.mathgen import MathGenConfig, generate_problems
+
+    monkeypatch.setattr(pipeline.common, "ROOT", tmp_path)
+    tok.save_pretrained(tmp_path / "tok")
+    texts, labels = toy_sentiment(48)
+    rows = [{"text": t, "label": y} for t, y in zip(texts, labels)]
+    data = tmp_path / "outputs" / "t" / "data"
+    pipeline.common.write_jsonl(data / "imdb" / "train.jsonl", rows[:40])
+    pipeline.common.write_jsonl(data / "imdb" / "validation.jsonl", rows[40:])
+    problems = generate_problems(MathGenConfig(n_pretrain=20, n_rl=0, n_test=0))["pretrain"]
+    pipeline.common.write_jsonl(data / "math" / "pretrain.jsonl", problems)
+    lm = {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64}
+    pretrain = {"steps": 4, "batch_tokens": 64, "seq_len": 16, "eval_every": 2}
+    model = {"tokenizer": str(tmp_path / "tok"), "lm": lm, "pretrain": pretrain, "samples": 2, "sample_tokens": 3}
+    return {
+        "profile": "t",
+        "base_models": {
+            "imdb_small": {"corpus": "imdb", **model},
+            "imdb_large": {"corpus": "imdb", **model, "lm": {**lm, "n_layer": 4}, "compare_params_with": "imdb_small"},
+            "math": {"corpus": "math", "holdout": 4, **model},
+        },
+        "reward_model": {"classifier": {"epochs": 3, "batch_size": 8, "max_length": 16, "learning_rate": 3e-3, "warmup_steps": 2}},
+    }
+
+
+def test_base_model_stage_writes_a_loadable_model_metrics_and_samples(project):
+    from pipeline.base_models import BaseModelConfig, build_base_model
+    from pipeline.common import out_dir, section
+
+    small = section(project, "base_models.imdb_small", BaseModelConfig)
+    metrics, record, samples = build_base_model("imdb_small", small, project, "cpu")
+    assert metrics["steps"] == 4 and metrics["val_perplexity"] > 1 and "param_ratio" not in metrics
+    assert [row["step"] for row in record["history"]] == [2, 4]
+    assert [s["prompt"] for s in samples] == ["This is one of Jackies", "I find it hard to believe"]
+    model_dir = out_dir(project, "models", "imdb_small")
+    assert AutoModelForCausalLM.from_pretrained(model_dir).num_parameters() == metrics["params"]
+    assert (model_dir / "training.json").is_file()
+
+    large = section(project, "base_models.imdb_large", BaseModelConfig)
+    metrics_large, _, _ = build_base_model("imdb_large", large, project, "cpu")
+    assert metrics_large["param_ratio"] == pytest.approx(metrics_large["params"] / metrics["params"])
+    assert metrics_large["param_ratio"] > 1.2
+
+
+def test_math_base_model_trains_on_formatted_problems_with_a_holdout(project):
+    from pipeline.base_models import BaseModelConfig, build_base_model, corpus_texts
+    from pipeline.common import section
+
+    cfg = section(project, "base_models.math", BaseModelConfig)
+    train, validation, prompts = corpus_texts("math", cfg, project)
+    assert len(validation) == 4 and len(train) >= 16
+    assert all(text.startswith("Question: ") and "\nAnswer: " in text and "####" in text for text in validation)
+    assert all(p.startswith("Question: ") and p.endswith("\nAnswer:") for p in prompts)
+    assert not set(validation) & set(train)
+    metrics, _, samples = build_base_model("math", cfg, project, "cpu")
+    assert metrics["val_loss"] > 0 and len(samples) == 2
+
+
+def test_base_model_config_checks_the_holdout():
+    from pipeline.base_models import BaseModelConfig
+
+    with pytest.raises(ConfigError, match=r"base_models.m.holdout: must be > 0 for the math corpus"):
+        from_dict(BaseModelConfig, {"corpus": "math"}, "base_models.m")
+    with pytest.raises(ConfigError, match=r"base_models.i.holdout: .* 0 for imdb"):
+        from_dict(BaseModelConfig, {"corpus": "imdb", "holdout": 5}, "base_models.i")
+
+
+def test_reward_stage_trains_from_the_base_model_and_scores_like_the_rl_reward(project):
+    from cory.rewards import SentimentReward
+    from pipeline.base_models import BaseModelConfig, build_base_model
+    from pipeline.common import out_dir, section
+    from pipeline.reward_model import RewardModelConfig, build_reward_model
+
+    with pytest.raises(FileNotFoundError, match="run base_model@imdb_small"):
+        build_reward_model(section(project, "reward_model", RewardModelConfig), project, "cpu")
+    build_base_model("imdb_small", section(project, "base_models.imdb_small", BaseModelConfig), project, "cpu")
+    metrics, record = build_reward_model(section(project, "reward_model", RewardModelConfig), project, "cpu")
+    assert metrics["accuracy"] == 1.0 and "accuracy_prefix32" in metrics
+    assert [row["epoch"] for row in record["history"]] == [1.0, 2.0, 3.0]
+    reward = SentimentReward(str(out_dir(project, "models", "reward")))
+    scores = reward(["the movie was", "the film was"], [" very good", " very bad"])
+    assert scores[0] > scores[1]
+
+
+def test_reward_config_rejects_init_from_with_a_loaded_source():
+    from pipeline.reward_model import RewardModelConfig
+
+    with pytest.raises(ConfigError, match=r"reward_model.init_from: only applies to source: scratch"):
+        from_dict(RewardModelConfig, {"source": "lvwerra/distilbert-imdb"}, "reward_model")
