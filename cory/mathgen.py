@@ -13,6 +13,12 @@ Problems come from two story shapes told in several themes: a chain of events th
 ages). Every number is an integer; stated numbers are at most `max_operand`, results at most `max_result` and never
 negative. `min_steps`..`max_steps` and these two bounds are the difficulty knobs.
 
+Difficulty, measured (H200; a 30M GPT-2, 6 layers x 384, trained from scratch on 20k problems + 30% observer-style
+examples, batch 64 x 256 tokens, AdamW 1e-3 cosine; pass@1 on 500 test problems, greedy / sampled at temperature 1):
+2-3 steps, numbers <= 20, results <= 200: 87% / 80% after 75 s (too easy to leave RL room); <= 40 / <= 500 with
+2-4 steps: 62% / 51%; the default, 2-3 steps, <= 99 / <= 1000: 28% / 21% after 50 s, 43% / 31% after 75 s,
+45% / 34% after 100 s.
+
 The paper's GSM8K observer sees "Question: {q} Reference: {pioneer answer} Answer:" (CORY.md §2.2);
 `format_example_with_reference` teaches a small model that format, with references that are sometimes wrong.
 """
@@ -43,10 +49,10 @@ class MathGenConfig:
     """Fewest arithmetic steps (annotated lines) in a solution."""
     max_steps: int = 3
     """Most arithmetic steps in a solution."""
-    max_operand: int = 20
-    """Largest number a question states (amounts, prices, counts, factors)."""
-    max_result: int = 200
-    """Largest result of any step."""
+    max_operand: int = 99
+    """Largest number a question states (amounts, prices, counts; "times"/"a third" factors stay 2-5)."""
+    max_result: int = 1000
+    """Largest result of any step. Numbers drive the difficulty more than steps do (see the note below)."""
     seed: int = 0
     """Seed of the generator: the same config gives the same problems."""
 
