@@ -164,7 +164,7 @@ def load_lm(name_or_path: str, device: str):
 
     from cory.pretrain import load_pretrained
 
-    return load_pretrained(AutoModelForCausalLM, name_or_path, "model").to(device)
+    return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model").to(device)
 
 
 def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dict:
@@ -184,7 +184,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
     tokenizer = load_tokenizer(job.model)
     lm = load_lm(job.model, device)
     if job.task.reward == "sentiment":
-        reward = build_reward("sentiment", model=job.task.reward_model, device=device)
+        reward = build_reward("sentiment", model_name_or_path=job.task.reward_model, device=device)
     else:
         reward = build_reward("math")
     trainer = Trainer(job.train, lm, tokenizer, reward, seed=job.seed)

@@ -35,7 +35,7 @@ from cory.pretrain import (
 )
 from cory.tokenizer import load_tokenizer
 from cory.tracking import git_commit, start_run
-from pipeline.common import device, load_params, out_dir, profile, read_jsonl, section, write_json
+from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
 
 SCRATCH = "scratch"
 TABLE3_PROMPTS = ["This is one of Jackies", "I find it hard to believe", "This movie was highly entertaining. The"]
@@ -151,18 +151,19 @@ def main(argv: list[str] | None = None) -> None:
     if len(argv) != 1 or argv[0] not in names:
         raise SystemExit(f"usage: python -m pipeline.base_models NAME, with NAME one of base_models: {', '.join(names)}")
     name = argv[0]
-    cfg = section(params, f"base_models.{name}", BaseModelConfig)
-    with start_run(f"base_model@{name}", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", name)) as tracker:
-        metrics, record, samples = build_base_model(name, cfg, params, device())
-        for row in record["history"]:
-            tracker.log_metrics({"train_loss": row["train_loss"], "val_loss": row["val_loss"]}, step=row["step"])
-        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
-    write_json(out_dir(params, "metrics", "base_models", f"{name}.json"), metrics)
-    write_json(out_dir(params, "samples", "base_models", f"{name}.json"), samples)
-    print(f"base_model@{name}: {metrics}")
-    for sample in samples[:4]:
-        print(f"  {sample['prompt']!r} -> {sample['continuation']!r}")
+    with stage_timer(params, f"base_model@{name}"):
+        cfg = section(params, f"base_models.{name}", BaseModelConfig)
+        with start_run(f"base_model@{name}", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", name)) as tracker:
+            metrics, record, samples = build_base_model(name, cfg, params, device())
+            for row in record["history"]:
+                tracker.log_metrics({"train_loss": row["train_loss"], "val_loss": row["val_loss"]}, step=row["step"])
+            tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
+        write_json(out_dir(params, "metrics", "base_models", f"{name}.json"), metrics)
+        write_json(out_dir(params, "samples", "base_models", f"{name}.json"), samples)
+        print(f"base_model@{name}: {metrics}")
+        for sample in samples[:4]:
+            print(f"  {sample['prompt']!r} -> {sample['continuation']!r}")
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

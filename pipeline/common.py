@@ -44,7 +44,7 @@ def run_stage(main: Callable[[], None]) -> None:
     """Run a stage's main(); bad input (settings, missing or malformed files) ends it with one line naming it."""
     try:
         main()
-    except (ConfigError, FileNotFoundError) as exc:
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
         sys.exit(f"error: {exc}")
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from cory.config import ConfigError, check, section_path, to_dict
 from cory.evaluation import EvalConfig, evaluate_pass_at_k
 from cory.tracking import start_run
-from pipeline.common import device, load_params, out_dir, profile, read_jsonl, section, write_json
+from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
@@ -159,19 +159,20 @@ def evaluate(
 
 def main() -> None:
     params = load_params()
-    cfg = section(params, "evaluation", EvaluateConfig)
-    eval_dir = out_dir(params, "eval")
-    test_path = out_dir(params, "data", "math", "test.jsonl")
-    seeds = training_seeds(params)
-    runs, questions, answers = prepare(cfg, seeds, test_path, out_dir(params))
-    with start_run("evaluate", {**to_dict(cfg), "seeds": seeds}, profile=profile(params), outputs=eval_dir) as tracker:
-        passk, details = evaluate(cfg, runs, questions, answers, device())
-        write_json(eval_dir / "passk.json", passk)
-        write_json(eval_dir / "details.json", details)
-        for k in cfg.ks:  # step = k, so MLflow draws each model's pass@k curve (Fig. 5) as a metric history
-            tracker.log_metrics(passk_metrics(passk, k), step=k)
-        tracker.log_artifact(eval_dir / "passk.json")
+    with stage_timer(params, "evaluate"):
+        cfg = section(params, "evaluation", EvaluateConfig)
+        eval_dir = out_dir(params, "eval")
+        test_path = out_dir(params, "data", "math", "test.jsonl")
+        seeds = training_seeds(params)
+        runs, questions, answers = prepare(cfg, seeds, test_path, out_dir(params))
+        with start_run("evaluate", {**to_dict(cfg), "seeds": seeds}, profile=profile(params), outputs=eval_dir) as tracker:
+            passk, details = evaluate(cfg, runs, questions, answers, device())
+            write_json(eval_dir / "passk.json", passk)
+            write_json(eval_dir / "details.json", details)
+            for k in cfg.ks:  # step = k, so MLflow draws each model's pass@k curve (Fig. 5) as a metric history
+                tracker.log_metrics(passk_metrics(passk, k), step=k)
+            tracker.log_artifact(eval_dir / "passk.json")
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

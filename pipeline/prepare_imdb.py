@@ -13,7 +13,7 @@ from statistics import mean
 from cory.config import to_dict
 from cory.data import IMDBDataConfig, build_prompts, load_imdb, split_imdb
 from cory.tokenizer import load_tokenizer
-from pipeline.common import load_params, out_dir, section, write_json, write_jsonl
+from pipeline.common import load_params, out_dir, run_stage, section, stage_timer, write_json, write_jsonl
 
 
 def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
@@ -44,14 +44,15 @@ def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
 
 def main() -> None:
     params = load_params()
-    cfg = section(params, "data.imdb", IMDBDataConfig)
-    splits, stats = prepare_imdb(cfg)
-    out = out_dir(params, "data", "imdb")
-    for name, rows in splits.items():
-        write_jsonl(out / f"{name}.jsonl", rows)
-    write_json(out / "stats.json", stats)
-    print(f"prepare_imdb: {', '.join(f'{len(rows)} {name}' for name, rows in splits.items())} rows in {out}")
+    with stage_timer(params, "prepare_imdb"):
+        cfg = section(params, "data.imdb", IMDBDataConfig)
+        splits, stats = prepare_imdb(cfg)
+        out = out_dir(params, "data", "imdb")
+        for name, rows in splits.items():
+            write_jsonl(out / f"{name}.jsonl", rows)
+        write_json(out / "stats.json", stats)
+        print(f"prepare_imdb: {', '.join(f'{len(rows)} {name}' for name, rows in splits.items())} rows in {out}")
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -18,7 +18,7 @@ from statistics import mean
 
 from cory.mathgen import MathDataConfig, generate_problems
 from cory.rewards import gsm8k_answer
-from pipeline.common import ROOT, load_params, out_dir, section, write_json, write_jsonl
+from pipeline.common import ROOT, load_params, out_dir, run_stage, section, stage_timer, write_json, write_jsonl
 
 SPLITS = ("pretrain", "rl", "test")
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -106,14 +106,15 @@ def split_stats(rows: list[dict[str, str]]) -> dict[str, float]:
 
 def main() -> None:
     params = load_params()
-    cfg = section(params, "data.math", MathDataConfig)
-    splits = prepare_math(cfg)
-    out = out_dir(params, "data", "math")
-    for name in SPLITS:
-        write_jsonl(out / f"{name}.jsonl", splits[name])
-    write_json(out / "stats.json", {"source": cfg.source, **{name: split_stats(splits[name]) for name in SPLITS}})
-    print(f"prepare_math: {', '.join(f'{len(splits[n])} {n}' for n in SPLITS)} problems ({cfg.source}) in {out}")
+    with stage_timer(params, "prepare_math"):
+        cfg = section(params, "data.math", MathDataConfig)
+        splits = prepare_math(cfg)
+        out = out_dir(params, "data", "math")
+        for name in SPLITS:
+            write_jsonl(out / f"{name}.jsonl", splits[name])
+        write_json(out / "stats.json", {"source": cfg.source, **{name: split_stats(splits[name]) for name in SPLITS}})
+        print(f"prepare_math: {', '.join(f'{len(splits[n])} {n}' for n in SPLITS)} problems ({cfg.source}) in {out}")
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -29,7 +29,7 @@ from cory.pretrain import (
 )
 from cory.tokenizer import load_tokenizer
 from cory.tracking import git_commit, start_run
-from pipeline.common import device, load_params, out_dir, profile, read_jsonl, section, write_json
+from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
 
 SCRATCH = "scratch"
 
@@ -106,15 +106,16 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tup
 
 def main() -> None:
     params = load_params()
-    cfg = section(params, "reward_model", RewardModelConfig)
-    with start_run("reward_model", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", "reward")) as tracker:
-        metrics, record = build_reward_model(cfg, params, device())
-        for row in record["history"]:
-            tracker.log_metrics({"train_loss": row["train_loss"], "accuracy": row["accuracy"]}, step=row["step"])
-        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
-    write_json(out_dir(params, "metrics", "reward_model.json"), metrics)
-    print(f"reward_model: {metrics}")
+    with stage_timer(params, "reward_model"):
+        cfg = section(params, "reward_model", RewardModelConfig)
+        with start_run("reward_model", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", "reward")) as tracker:
+            metrics, record = build_reward_model(cfg, params, device())
+            for row in record["history"]:
+                tracker.log_metrics({"train_loss": row["train_loss"], "accuracy": row["accuracy"]}, step=row["step"])
+            tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
+        write_json(out_dir(params, "metrics", "reward_model.json"), metrics)
+        print(f"reward_model: {metrics}")
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -36,19 +36,23 @@ class RuntimeConfig:
         check(self.log_every >= 1, f"{path}.log_every", f"must be >= 1, got {self.log_every}")
 
 
-def resolve(params: dict, task_name: str, task: TaskConfig) -> TaskConfig:
-    """Model names that are base_models entries (or `reward`) become the profile's model folders; file paths in
-    a task are relative to the profile's outputs folder."""
-    models = out_dir(params, "models")
+def model_path(params: dict, name: str | None) -> str | None:
+    """A base_models entry (or `reward`) names the profile's model folder; anything else is a path or hub name."""
     known = set(params.get("base_models") or {}) | {"reward"}
+    return str(out_dir(params, "models", name)) if name in known else name
 
-    def model(name: str | None) -> str | None:
-        return str(models / name) if name in known else name
 
+def resolve(params: dict, task_name: str, task: TaskConfig) -> TaskConfig:
+    """The task with its model names made folders and its prompt file made a path under the profile's outputs."""
     prompts = out_dir(params, task.prompts)
     if not prompts.is_file():
         raise FileNotFoundError(f"tasks.{task_name}.prompts: {prompts} not found (run its data stage first)")
-    return replace(task, model=model(task.model), reward_model=model(task.reward_model), prompts=str(prompts))
+    return replace(
+        task,
+        model=model_path(params, task.model),
+        reward_model=model_path(params, task.reward_model),
+        prompts=str(prompts),
+    )
 
 
 def check_models(jobs: list[Job]) -> None:
@@ -92,7 +96,8 @@ def main(argv: list[str]) -> None:
     for group in groups:
         exp, task = parse_experiment(params, group)
         task = resolve(params, exp.task, task)
-        jobs += expand_jobs(group, exp, task, params.get("train") or {}, seeds(params), out_dir(params, "runs"))
+        group_jobs = expand_jobs(group, exp, task, params.get("train") or {}, seeds(params), out_dir(params, "runs"))
+        jobs += [replace(job, model=model_path(params, job.model)) for job in group_jobs]
     check_models(jobs)
     jobs.sort(key=cost, reverse=True)
 
