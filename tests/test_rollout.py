@@ -55,3 +55,17 @@ def test_generate_shapes_masks_and_texts():
     # chunked generation gives the same layout as one batch
     chunked = generate(lm, tok, ["the movie", "good", "the film was very"], gen, 5, batch_size=2)
     assert chunked.prompt_ids.tolist() == rollout.prompt_ids.tolist()
+
+
+def test_suppress_eos_gives_every_response_the_drawn_length():
+    torch.manual_seed(0)
+    lm, tok = tiny_lm(), tiny_tokenizer()
+    with torch.no_grad():  # make EOS (id 0) by far the likeliest token
+        lm.lm_head.weight[0] += 50 * lm.transformer.wte.weight.std()
+        lm.transformer.wte.weight[0] = lm.lm_head.weight[0]
+    prompts = ["the movie", "good", "a plot"] * 4
+    free = generate(lm, tok, prompts, GenerationConfig(response_length=(6, 6)), max_new_tokens=6)
+    assert free.response_lengths.float().mean() < 6
+    forced = generate(lm, tok, prompts, GenerationConfig(response_length=(6, 6), suppress_eos=True), max_new_tokens=6)
+    assert forced.response_lengths.tolist() == [6] * len(prompts)
+    assert 0 not in forced.response_ids.tolist()[0]
