@@ -74,15 +74,27 @@ class Agent:
         self.value_head.train(mode)
 
     def save(self, path: str | Path, tokenizer=None) -> None:
-        """A plain transformers model folder (loadable without this library) + value_head.pt + training state."""
+        """A plain transformers model folder (loadable without this library) + value_head.pt + training state.
+
+        LoRA adapters are merged into a copy of the weights first, so the folder needs neither peft nor this library."""
         path = Path(path)
-        self.lm.save_pretrained(path)
+        lm = self.lm
+        if hasattr(lm, "merge_and_unload"):
+            lm = copy.deepcopy(lm).merge_and_unload()
+        lm.save_pretrained(path)
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
         torch.save(self.value_head.state_dict(), path / "value_head.pt")
         with open(path / "agent_state.json", "w") as fh:
             json.dump({"name": self.name, "kl_coef": self.kl_ctl.value, "score_mean": self.score_moments.mean,
                        "score_std": self.score_moments.std}, fh, indent=2)
+
+
+def with_lora(lm, rank: int, alpha: float):
+    """Wrap `lm` with trainable LoRA adapters (peft); the base weights stay frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(lm, LoraConfig(r=rank, lora_alpha=alpha, bias="none", task_type="CAUSAL_LM"))
 
 
 def frozen_reference(lm):

@@ -219,6 +219,10 @@ class TrainConfig:
     """eta of the reported combined reward r_c = task reward - eta * KL; None uses ppo.init_kl_coef."""
     samples_to_log: int = 16
     """Generations per logged sample table."""
+    lora_rank: int | None = None
+    """Train LoRA adapters of this rank (peft) instead of every weight, as the paper's 7B runs must; None = full."""
+    lora_alpha: float = 16.0
+    """LoRA scaling alpha (the official code's LoraConfig: r=16, alpha=16)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     cory: CORYConfig = field(default_factory=CORYConfig)
 
@@ -232,6 +236,8 @@ class TrainConfig:
             f"must be >= 0 or null, got {self.combined_reward_eta}",
         )
         check(self.samples_to_log >= 0, f"{path}.samples_to_log", f"must be >= 0, got {self.samples_to_log}")
+        check(self.lora_rank is None or self.lora_rank > 0, f"{path}.lora_rank", f"must be > 0 or null, got {self.lora_rank}")
+        check(self.lora_alpha > 0, f"{path}.lora_alpha", f"must be > 0, got {self.lora_alpha}")
 
     @property
     def eta(self) -> float:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from cory import ppo
-from cory.agents import Agent, frozen_reference
+from cory.agents import Agent, frozen_reference, with_lora
 from cory.config import TrainConfig
 from cory.learner import Experience, make_experience, ppo_update
 from cory.metrics import distinct_n
@@ -35,8 +35,10 @@ class Trainer:
         self.tokenizer = tokenizer
         self.reward_fn = reward_fn
         self.ref_lm = frozen_reference(lm)
-        llm1 = Agent("llm1", lm, cfg.ppo)
-        agents = [llm1] if cfg.cory.n_agents == 1 else [llm1, Agent("llm2", copy.deepcopy(lm), cfg.ppo)]
+        copies = [lm] if cfg.cory.n_agents == 1 else [lm, copy.deepcopy(lm)]  # duplication (paper §3.1)
+        if cfg.lora_rank is not None:
+            copies = [with_lora(c, cfg.lora_rank, cfg.lora_alpha) for c in copies]
+        agents = [Agent(f"llm{i + 1}", c, cfg.ppo) for i, c in enumerate(copies)]
         self.roles = Roles(agents)
         self.iteration = 0
         # Response lengths come from their own stream, seeded once (never re-seeded at a swap: CORY.md B2).

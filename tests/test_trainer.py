@@ -120,3 +120,21 @@ def test_training_raises_the_task_reward(n_agents):
     rewards = [trainer.step(QUERIES)["llm1/task_reward"] for _ in range(30)]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.3, (first, last)
+
+
+def test_lora_trains_adapters_only_and_saves_a_plain_model(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    cfg = config(n_agents=2)
+    cfg.lora_rank = 4
+    base = tiny_lm()
+    frozen = {k: v.clone() for k, v in base.state_dict().items()}
+    trainer = Trainer(cfg, base, tiny_tokenizer(), good_word_reward)
+    trainer.step(QUERIES)
+    trainable = [n for n, p in trainer.agents[0].lm.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    trainer.agents[0].save(tmp_path / "llm1")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "llm1")
+    assert set(loaded.state_dict()) == set(frozen)  # a plain GPT-2, no adapter keys
+    assert any(not torch.equal(loaded.state_dict()[k], frozen[k]) for k in frozen)  # the adapters were merged in
