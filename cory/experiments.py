@@ -8,6 +8,7 @@ run end to end: load the base model and the task, train, and write the run folde
     <run_dir>/summary.json    final values (mean over the last iterations) + wall time
     <run_dir>/samples.jsonl   generations of the first and the last iteration (before / after)
     <run_dir>/config.json     the resolved TrainConfig
+    <run_dir>/provenance.json device, package versions, git commit
     <run_dir>/llm1/, llm2/    the trained agents as plain transformers models (if saved)
 """
 
@@ -172,6 +173,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
     from cory.metrics import MetricsWriter
     from cory.rewards import build_reward
     from cory.tokenizer import load_tokenizer
+    from cory.tracking import provenance
     from cory.trainer import Trainer
 
     torch.manual_seed(job.seed)
@@ -180,6 +182,8 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
     run_dir = Path(job.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(to_dict(job.train), indent=2) + "\n")
+    (run_dir / "provenance.json").write_text(json.dumps({"run": job.name, "model": job.model, **provenance(device)},
+                                                        indent=2) + "\n")
     queries, answers = load_queries(job.task.prompts)
     tokenizer = load_tokenizer(job.model)
     lm = load_lm(job.model, device)

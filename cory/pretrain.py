@@ -231,6 +231,16 @@ def _warmup_cosine(optimizer, warmup: int, total: int, min_ratio: float) -> torc
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def _optimizer_step(model, loss: torch.Tensor, optimizer, schedule, grad_clip: float | None) -> None:
+    """Backward, optional gradient-norm clip, optimizer and schedule step (shared by LM and classifier training)."""
+    loss.backward()
+    if grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def _sync(device: str) -> None:
     if _is_cuda(device):
         torch.cuda.synchronize()
@@ -310,12 +320,7 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
         window = train_stream[starts + offsets]  # (rows, T+1)
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             loss = loss_fn(model, window)
-        loss.backward()
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
+        _optimizer_step(model, loss, optimizer, schedule, cfg.grad_clip)
         running += loss.detach()  # stays on the device: no per-step sync
 
         if step % cfg.eval_every == 0 or step == steps:
@@ -358,7 +363,7 @@ def sample_texts(model, tokenizer, prompts: list[str], max_new_tokens: int, devi
     was_training = model.training
     model.to(device).eval()
     torch.manual_seed(seed)
-    batch = tokenizer(prompts, return_tensors="pt", padding=True).to(device)  # left padding: (B, T)
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left").to(device)  # (B, T)
     output = model.generate(
         **batch,
         do_sample=True,
@@ -489,12 +494,7 @@ def train_reward_classifier(
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=batch).logits  # (B, 2)
         loss = F.cross_entropy(logits.float(), y[torch.from_numpy(rows).to(device)])
-        loss.backward()
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
+        _optimizer_step(model, loss, optimizer, schedule, cfg.grad_clip)
         running += loss.detach()
 
         if step % steps_per_epoch == 0 or step == steps:

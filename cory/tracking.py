@@ -44,6 +44,18 @@ def git_commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def provenance(device: str) -> dict[str, Any]:
+    """Where an output came from: device, package versions and git commit (written next to every model and run)."""
+    import torch
+    import transformers
+
+    return {
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
+        "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__},
+        "git_commit": git_commit(),
+    }
+
+
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """{"ppo": {"learning_rate": 1e-5}} -> {"ppo.learning_rate": "1e-05"} (lists as JSON)."""
     flat = {}

@@ -34,7 +34,7 @@ from cory.pretrain import (
     save_model,
 )
 from cory.tokenizer import load_tokenizer
-from cory.tracking import git_commit, start_run
+from cory.tracking import provenance, start_run
 from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
 
 SCRATCH = "scratch"
@@ -134,9 +134,7 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str)
         "source": cfg.source,
         "config": to_dict(cfg),
         "history": history,
-        "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
-        "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__},
-        "git_commit": git_commit(),
+        **provenance(device),
     }
     write_json(model_dir / "training.json", record)
     continuations = sample_texts(model, tokenizer, prompts, cfg.sample_tokens, device, cfg.pretrain.seed) if prompts else []

@@ -11,11 +11,9 @@ and on their first classifier.eval_prefix_tokens tokens, the length of the texts
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 
-import torch
 import transformers
 
 from cory.config import check, section_path, to_dict
@@ -28,7 +26,7 @@ from cory.pretrain import (
     train_reward_classifier,
 )
 from cory.tokenizer import load_tokenizer
-from cory.tracking import git_commit, start_run
+from cory.tracking import provenance, start_run
 from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
 
 SCRATCH = "scratch"
@@ -96,9 +94,7 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tup
         "source": cfg.source,
         "config": to_dict(cfg),
         "history": history,
-        "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
-        "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__},
-        "git_commit": git_commit(),
+        **provenance(device),
     }
     write_json(model_dir / "training.json", record)
     return metrics, record
