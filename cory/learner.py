@@ -85,8 +85,7 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     device = agent.device
     B = exp.scores.shape[0]
     agent.train(True)  # TRL trains with dropout on
-    totals = {"policy_loss": 0.0, "value_loss": 0.0, "policy_clipfrac": 0.0, "value_clipfrac": 0.0, "approx_kl": 0.0}
-    n_minibatches, skipped = 0, 0
+    skipped = 0
     stats_acc = []
     for _ in range(cfg.ppo_epochs):
         order = torch.randperm(B, generator=generator).to(device)
@@ -100,13 +99,12 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
                     skipped += 1
                 (loss / cfg.gradient_accumulation_steps).backward()
                 stats_acc.append(stats)
-                n_minibatches += 1
             if cfg.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
             agent.optimizer.step()
             agent.optimizer.zero_grad(set_to_none=True)
     # One device->host sync for all the mini-batch statistics.
-    stacked = {k: torch.stack([s[k] for s in stats_acc]).mean().item() for k in totals}
+    stacked = {k: torch.stack([s[k] for s in stats_acc]).mean().item() for k in stats_acc[0]}
     mask = exp.mask.float()
     kl_for_controller = (exp.kl_penalty * mask).sum(1).mean().item()
     agent.kl_ctl.update(kl_for_controller, B)
