@@ -6,7 +6,8 @@ run end to end: load the base model and the task, train, and write the run folde
 
     <run_dir>/history.csv     one row per iteration (metric keys: cory.metrics.GLOSSARY)
     <run_dir>/summary.json    final values (mean over the last iterations) + wall time
-    <run_dir>/samples.jsonl   generations of the first and the last iteration (before / after)
+    <run_dir>/samples.jsonl   LLM1 alone on fixed queries before training (iteration -1) and after (iteration N),
+                              and the generations of the first and the last training iteration
     <run_dir>/config.json     the resolved TrainConfig
     <run_dir>/provenance.json device, package versions, git commit
     <run_dir>/llm1/, llm2/    the trained agents as plain transformers models (if saved)
@@ -42,6 +43,9 @@ class TaskConfig:
     """Pioneer/PPO prompt."""
     observer_template: str = 'I can make this sentence "{query}{response}" more positive: {query}'
     """Observer prompt with knowledge transfer."""
+    table_queries: list[str] = field(default_factory=list)
+    """Fixed queries LLM1 continues alone before and after training (the paper's Table 3); empty: the first
+    `train.samples_to_log` RL prompts."""
 
     def __post_init__(self) -> None:
         path = section_path("task")
@@ -193,7 +197,10 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
         reward = build_reward("math")
     trainer = Trainer(job.train, lm, tokenizer, reward, seed=job.seed)
     writer = MetricsWriter(run_dir)
-    samples = []
+    n_fixed = job.train.samples_to_log
+    fixed = job.task.table_queries or queries[:n_fixed]
+    fixed_answers = None if job.task.table_queries or answers is None else answers[:n_fixed]
+    samples = trainer.generate_alone(fixed, fixed_answers, iteration=-1)
     for it, idx in enumerate(batches(len(queries), job.train.ppo.batch_size, job.train.iterations, job.seed)):
         batch_answers = [answers[i] for i in idx] if answers is not None else None
         metrics = trainer.step([queries[i] for i in idx], batch_answers)
@@ -202,6 +209,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
             tracker.log_metrics(metrics, step=it)
         if it in (0, job.train.iterations - 1):
             samples += trainer.last_samples
+    samples += trainer.generate_alone(fixed, fixed_answers, iteration=job.train.iterations)
     writer.samples(samples)
     if job.save_models:
         for agent in trainer.agents:

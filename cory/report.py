@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from cory import plots
+from cory.roles import TABLE3_QUERIES
 from cory.claims import (
     HELD,
     MIXED,
@@ -35,7 +36,6 @@ from cory.config import check, section_path
 from cory.metrics import glossary_markdown
 from cory.results import PARETO_GROUP, Inputs, Run, load_inputs
 
-TABLE3_SNIPPETS = ("This is one of Jackies", "I find it hard to believe", "This movie was highly entertaining. The")
 """The IMDB prompts of the paper's qualitative Table 3; samples.md shows them first where a run logged them."""
 
 
@@ -291,16 +291,15 @@ def _llm1_generation(row: dict) -> tuple[str, float, str]:
 
 def _pick(rows: list[dict], n: int) -> list[dict]:
     """The paper's Table 3 snippets first (if a run logged them), then the rows in order."""
-    first = [r for r in rows if r["query"].strip().startswith(TABLE3_SNIPPETS)]
+    first = [r for r in rows if r["query"].strip().startswith(TABLE3_QUERIES)]
     return (first + [r for r in rows if r not in first])[:n]
 
 
 def samples_markdown(inputs: Inputs, cfg: ReportConfig) -> str:
     """The Table 3 analogue: LLM1's generations at the first iteration (the base model) and the last one."""
     lines = ["# Generations before and after RL fine-tuning (the paper's Table 3 analogue)", "",
-             "Each run logs the generations of its first iteration (sampled before any update: the base model) and of "
-             "its last; the two iterations draw different queries. For CORY the LLM1 copy is shown, in whichever role "
-             "it played then (as observer it also saw the pioneer's response, through the observer template).", ""]
+             "Each run logs LLM1 used alone (pioneer prompt) on the same fixed queries before training (iteration -1: "
+             "the base model) and after its last iteration; for IMDB these are the paper's Table 3 snippets.", ""]
     for name, rows in inputs.base_samples.items():
         lines += [f"## Base model `{name}` (samples/base_models/{name}.json)", ""]
         rows = [[row["prompt"], row["continuation"]] for row in rows[: cfg.samples]]

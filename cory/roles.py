@@ -12,6 +12,9 @@ import torch
 
 A = TypeVar("A")
 
+TABLE3_QUERIES = ("This is one of Jackies", "I find it hard to believe", "This movie was highly entertaining. The")
+"""The IMDB snippets of the paper's qualitative Table 3 (App. D)."""
+
 IMDB_OBSERVER_TEMPLATE = 'I can make this sentence "{query}{response}" more positive: {query}'
 """The paper's IMDB knowledge-transfer prompt (App. A.2; double quotes as in the official code)."""
 

@@ -116,6 +116,21 @@ class Trainer:
         self.iteration += 1
         return metrics
 
+    def generate_alone(self, queries: Sequence[str], answers: Sequence[str] | None, iteration: int) -> list[dict]:
+        """LLM1 used alone, with the pioneer prompt and the longest response length, scored by the task reward:
+        the before/after generations of the paper's Table 3."""
+        if not queries:
+            return []
+        llm1 = self.agents[0]
+        prompts = [self.cfg.prompt_template.format(query=q) for q in queries]
+        rollout = self._generate(llm1, prompts, self.cfg.ppo.generation.response_length[1])
+        scores = self.reward_fn(queries, rollout.responses, answers)
+        return [
+            {"iteration": iteration, "query": q, "pioneer_agent": llm1.name, "pioneer_prompt": p,
+             "pioneer_response": r, "pioneer_score": float(s)}
+            for q, p, r, s in zip(queries, prompts, rollout.responses, scores)
+        ]
+
     def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int) -> Rollout:
         return generate(agent.lm, self.tokenizer, prompts, self.cfg.ppo.generation, max_new_tokens)
 

@@ -33,13 +33,12 @@ from cory.pretrain import (
     sample_texts,
     save_model,
 )
+from cory.roles import TABLE3_QUERIES
 from cory.tokenizer import load_tokenizer
 from cory.tracking import provenance, start_run
 from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
 
 SCRATCH = "scratch"
-TABLE3_PROMPTS = ["This is one of Jackies", "I find it hard to believe", "This movie was highly entertaining. The"]
-"""The IMDB snippets of the paper's qualitative Table 3 (CORY.md §4), continued first in every IMDB model's samples."""
 
 
 @dataclass
@@ -82,7 +81,7 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[st
         data = out_dir(params, "data", "imdb")
         train = [row["text"] for row in read_jsonl(data / "train.jsonl")]
         validation = [row["text"] for row in read_jsonl(data / "validation.jsonl")]
-        prompts = TABLE3_PROMPTS + [" ".join(text.split()[:4]) for text in validation]
+        prompts = list(TABLE3_QUERIES) + [" ".join(text.split()[:4]) for text in validation]
         return train, validation, prompts[: cfg.samples]
     from cory.mathgen import format_example, format_prompt, pretraining_texts
 

@@ -138,3 +138,12 @@ def test_lora_trains_adapters_only_and_saves_a_plain_model(tmp_path):
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "llm1")
     assert set(loaded.state_dict()) == set(frozen)  # a plain GPT-2, no adapter keys
     assert any(not torch.equal(loaded.state_dict()[k], frozen[k]) for k in frozen)  # the adapters were merged in
+
+
+def test_generate_alone_continues_fixed_queries_with_llm1_and_scores_them():
+    torch.manual_seed(0)
+    trainer = Trainer(config(), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    rows = trainer.generate_alone(["the movie", "a plot"], None, iteration=-1)
+    assert [r["query"] for r in rows] == ["the movie", "a plot"]
+    assert all(r["iteration"] == -1 and r["pioneer_agent"] == "llm1" for r in rows)
+    assert [r["pioneer_score"] for r in rows] == good_word_reward(None, [r["pioneer_response"] for r in rows]).tolist()
