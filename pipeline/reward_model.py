@@ -17,14 +17,8 @@ from dataclasses import dataclass, field
 import transformers
 
 from cory.config import check, section_path, to_dict
-from cory.pretrain import (
-    ClassifierConfig,
-    classifier_accuracy,
-    count_parameters,
-    load_pretrained,
-    save_model,
-    train_reward_classifier,
-)
+from cory.classifier import ClassifierConfig, classifier_accuracy, train_reward_classifier
+from cory.pretrain import count_parameters, load_pretrained, save_model
 from cory.tokenizer import load_tokenizer
 from cory.tracking import provenance, start_run
 from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json

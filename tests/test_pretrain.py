@@ -8,20 +8,17 @@ from tiny import WORDS, tiny_tokenizer
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from cory.config import ConfigError, from_dict
+from cory.classifier import ClassifierConfig, build_classifier, classifier_accuracy, train_reward_classifier
 from cory.pretrain import (
-    ClassifierConfig,
     LMConfig,
     PretrainConfig,
     build_causal_lm,
-    build_classifier,
-    classifier_accuracy,
     count_parameters,
     lm_loss,
     load_pretrained,
     pretrain_lm,
     sample_texts,
     save_model,
-    train_reward_classifier,
 )
 
 TINY = LMConfig(n_layer=2, n_embd=32, n_head=2, n_positions=64, dropout=0.0)

@@ -1,0 +1,227 @@
+"""The sentiment reward classifier, trained from scratch offline (the stand-in for `lvwerra/distilbert-imdb`).
+
+A GPT-2 sequence classifier, optionally started from the IMDB LM's body, trained on full reviews mixed with short
+prefix crops (the RL reward scores ~20-token query + response texts), and measured on both. It shares the model
+shapes and the optimisation pieces of `cory.pretrain`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import GPT2ForSequenceClassification
+
+from cory.config import ConfigError, check, section_path
+from cory.pretrain import (
+    ID2LABEL,
+    LMConfig,
+    _gpt2_config,
+    count_parameters,
+    load_pretrained,
+    _is_cuda,
+    _setup,
+    _adamw,
+    _warmup_cosine,
+    _optimizer_step,
+    _sync,
+)
+
+
+@dataclass
+class ClassifierConfig:
+    """The sentiment reward classifier: a GPT-2 with a 2-way head on the last token, trained with cross-entropy."""
+
+    epochs: float = 2.0
+    """Passes over the training reviews."""
+    batch_size: int = 64
+    """Reviews per optimizer step."""
+    learning_rate: float = 3e-4
+    """Peak AdamW learning rate (warmup, then cosine decay to 0)."""
+    warmup_steps: int = 50
+    """Linear warmup steps."""
+    weight_decay: float = 0.01
+    """AdamW weight decay on matrices and embeddings."""
+    grad_clip: float | None = 1.0
+    """Clip the gradient norm to this; null disables."""
+    max_length: int = 256
+    """Reviews are cut to their first max_length tokens."""
+    short_fraction: float = 0.5
+    """Fraction of batches whose reviews are cut to short prefixes: the RL reward scores ~10-30-token texts."""
+    short_tokens: tuple[int, int] = (8, 48)
+    """Inclusive range of the short-prefix lengths, drawn per review."""
+    eval_prefix_tokens: int = 32
+    """Secondary metric: accuracy on the first this-many tokens of each held-out review."""
+    seed: int = 0
+    """Seeds the head's init, dropout, batch order and crops."""
+    lm: LMConfig = field(default_factory=LMConfig)
+    """Shape of the classifier when it is not initialised from a pretrained LM."""
+
+    def __post_init__(self) -> None:
+        path = section_path("classifier")
+        for name in ("epochs", "batch_size", "learning_rate", "max_length", "eval_prefix_tokens"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        check(0.0 <= self.short_fraction <= 1.0, f"{path}.short_fraction", "must be in [0, 1]")
+        lo, hi = self.short_tokens
+        check(1 <= lo <= hi, f"{path}.short_tokens", f"need 1 <= min <= max, got {list(self.short_tokens)}")
+        check(self.warmup_steps >= 0, f"{path}.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        check(self.grad_clip is None or self.grad_clip > 0, f"{path}.grad_clip", "must be > 0 or null")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Sentiment reward classifier
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _encode_reviews(tokenizer, texts: list[str], max_length: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Right-padded first `max_length` tokens of each text: ids (N, max_length) int64 and lengths (N,) on the host."""
+    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    lengths = np.array([min(len(seq), max_length) for seq in ids])
+    if (lengths == 0).any():
+        raise ValueError(f"text {int(np.argmin(lengths))} is empty: a classifier needs at least one token")
+    tokens = np.full((len(ids), max_length), tokenizer.pad_token_id, dtype=np.int64)
+    for row, seq in enumerate(ids):
+        tokens[row, : lengths[row]] = seq[:max_length]
+    return torch.from_numpy(tokens), lengths
+
+
+def _crop(tokens: torch.Tensor, lengths: np.ndarray, rows: np.ndarray, keep: np.ndarray, pad_id: int) -> torch.Tensor:
+    """Rows `rows` of `tokens` cut to their first `keep` tokens, re-padded, as narrow as the longest: (b, width).
+
+    Widths come from host-side lengths, so batching never waits for the device.
+    """
+    kept = np.minimum(lengths[rows], keep)  # (b,)
+    width = int(kept.max())
+    batch = tokens[torch.from_numpy(rows).to(tokens.device), :width]  # (b, width)
+    cut = torch.arange(width, device=tokens.device) >= torch.from_numpy(kept).to(tokens.device)[:, None]
+    return batch.masked_fill(cut, pad_id)
+
+
+@torch.no_grad()
+def classifier_accuracy(
+    model, tokenizer, texts: list[str], labels: list[int], max_length: int, device: str, batch_size: int = 256
+) -> float:
+    """Accuracy (label 1 = POSITIVE) on the first `max_length` tokens of each text, scored as the RL reward scores:
+    the tokenizer's own call with right padding and an attention mask, so any hub classifier is scored right too."""
+    texts, labels = list(texts), list(labels)
+    was_training = model.training
+    model.to(device).eval()
+    correct = 0
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(
+            texts[start : start + batch_size],
+            truncation=True,
+            max_length=max_length,
+            padding=True,
+            padding_side="right",
+            return_tensors="pt",
+        ).to(device)
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=_is_cuda(device)):
+            logits = model(**batch).logits  # (b, num_labels)
+        correct += (logits.argmax(-1).cpu() == torch.tensor(labels[start : start + batch_size])).sum().item()
+    model.train(was_training)
+    return correct / len(texts)
+
+
+def build_classifier(tokenizer, cfg: ClassifierConfig, init_from: str | Path | None = None):
+    """A 2-label GPT-2 sequence classifier: the body of the causal LM in `init_from`, or random with shape `cfg.lm`."""
+    labels = {"num_labels": 2, "id2label": ID2LABEL, "label2id": {v: k for k, v in ID2LABEL.items()}}
+    if init_from is None:
+        return GPT2ForSequenceClassification(_gpt2_config(cfg.lm, len(tokenizer), tokenizer.eos_token_id, **labels))
+    from transformers import AutoModelForSequenceClassification
+
+    # The LM's body is loaded; its LM head is dropped and the 2-way score head starts random.
+    return load_pretrained(
+        AutoModelForSequenceClassification.from_pretrained,
+        str(init_from),
+        "reward_model.init_from",
+        pad_token_id=tokenizer.pad_token_id,
+        **labels,
+    )
+
+
+def train_reward_classifier(
+    texts: list[str],
+    labels: list[int],
+    val_texts: list[str],
+    val_labels: list[int],
+    tokenizer,
+    cfg: ClassifierConfig,
+    device: str,
+    init_from: str | Path | None = None,
+):
+    """Train a sentiment classifier (label 1 = POSITIVE); returns (model, metrics) with held-out accuracies.
+
+    A fraction `short_fraction` of the batches cut every review to a random short prefix, so that the POSITIVE logit
+    is meaningful on the short query+response texts the RL reward scores, not only on full reviews.
+    """
+    started = time.perf_counter()
+    bf16 = _setup(device)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    model = build_classifier(tokenizer, cfg, init_from).to(device).train()
+    if cfg.max_length > model.config.n_positions:
+        raise ConfigError(f"classifier.max_length: {cfg.max_length} exceeds the model's n_positions")
+    tokens, lengths = _encode_reviews(tokenizer, texts, cfg.max_length)
+    tokens = tokens.to(device)  # (N, max_length)
+    y = torch.tensor(labels, device=device)  # (N,)
+    pad_id = model.config.pad_token_id
+
+    steps_per_epoch = math.ceil(len(texts) / cfg.batch_size)
+    steps = math.ceil(cfg.epochs * steps_per_epoch)
+    order = np.concatenate([rng.permutation(len(texts)) for _ in range(math.ceil(cfg.epochs) + 1)])
+    optimizer = _adamw(model, cfg.learning_rate, cfg.weight_decay, (0.9, 0.999), bf16)
+    schedule = _warmup_cosine(optimizer, cfg.warmup_steps, steps, 0.0)
+    lo, hi = cfg.short_tokens
+    history, running, eval_seconds = [], torch.zeros((), device=device), 0.0
+    _sync(device)
+    prepared = time.perf_counter()
+    for step in range(1, steps + 1):
+        rows = order[(step - 1) * cfg.batch_size : step * cfg.batch_size]
+        short = rng.random() < cfg.short_fraction
+        keep = rng.integers(lo, hi + 1, size=len(rows)) if short else np.full(len(rows), cfg.max_length)
+        # Right padding with no attention mask: under causal attention the last real token, which the head reads
+        # (found through the pad id), never sees the pads after it, and the unmasked path runs flash attention.
+        batch = _crop(tokens, lengths, rows, keep, pad_id)  # (B, width)
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=batch).logits  # (B, 2)
+        loss = F.cross_entropy(logits.float(), y[torch.from_numpy(rows).to(device)])
+        _optimizer_step(model, loss, optimizer, schedule, cfg.grad_clip)
+        running += loss.detach()
+
+        if step % steps_per_epoch == 0 or step == steps:
+            eval_started = time.perf_counter()
+            history.append(
+                {
+                    "step": step,
+                    "epoch": step / steps_per_epoch,
+                    "train_loss": running.item() / (step - (history[-1]["step"] if history else 0)),
+                    "accuracy": classifier_accuracy(model, tokenizer, val_texts, val_labels, cfg.max_length, device),
+                    "seconds": time.perf_counter() - prepared,
+                }
+            )
+            running.zero_()
+            eval_seconds += time.perf_counter() - eval_started
+
+    train_seconds = time.perf_counter() - prepared - eval_seconds
+    model.eval()
+    prefix = cfg.eval_prefix_tokens
+    metrics = {
+        "params": count_parameters(model),
+        "steps": steps,
+        "train_reviews": len(texts),
+        "val_reviews": len(val_texts),
+        "accuracy": history[-1]["accuracy"],
+        f"accuracy_prefix{prefix}": classifier_accuracy(model, tokenizer, val_texts, val_labels, prefix, device),
+        "train_loss": history[-1]["train_loss"],
+        "reviews_per_second": steps * cfg.batch_size / train_seconds,
+        "train_seconds": train_seconds,
+        "total_seconds": time.perf_counter() - started,
+        "history": history,
+    }
+    return model, metrics
