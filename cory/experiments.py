@@ -10,7 +10,10 @@ run end to end: load the base model and the task, train, and write the run folde
                               and the generations of the first and the last training iteration
     <run_dir>/config.json     the resolved TrainConfig
     <run_dir>/provenance.json device, package versions, git commit
-    <run_dir>/llm1/, llm2/    the trained agents as plain transformers models (if saved)
+    <checkpoint_dir>/llm1/, llm2/   the trained agents as plain transformers models (if saved)
+
+Weights live apart from the run's small files (a separate DVC output), so the report can be rebuilt from the small
+files alone, on a machine that never held the weights.
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ class Job:
     model: str
     run_dir: str
     save_models: bool
+    checkpoint_dir: str = ""
+    """Where the trained agents are saved (if save_models); empty: inside run_dir."""
 
     @property
     def name(self) -> str:
@@ -110,9 +115,11 @@ def eta_name(eta: float) -> str:
 
 
 def expand_jobs(
-    group: str, exp: ExperimentConfig, task: TaskConfig, base_train: dict, seeds: list[int], runs_dir: Path
+    group: str, exp: ExperimentConfig, task: TaskConfig, base_train: dict, seeds: list[int], runs_dir: Path,
+    checkpoints_dir: Path | None = None,
 ) -> list[Job]:
-    """Every (run, seed) of a group with its resolved, validated TrainConfig (all checked before any training)."""
+    """Every (run, seed) of a group with its resolved, validated TrainConfig (all checked before any training).
+    Run files go to runs_dir/<group>/<run>/seed<k>/, weights to the same path under checkpoints_dir (default runs_dir)."""
     specs: dict[str, tuple[RunSpec, dict]] = {}
     for name, spec in exp.runs.items():
         if exp.sweep_eta:
@@ -127,8 +134,9 @@ def expand_jobs(
             raw = merge(raw, {"seed": seed, "prompt_template": task.prompt_template,
                               "cory": {"observer_template": task.observer_template}})
             train = from_dict(TrainConfig, raw, f"experiments.{group}.runs.{name}.train")
-            run_dir = runs_dir / group / name / f"seed{seed}"
-            jobs.append(Job(group, name, seed, train, task, spec.model or task.model, str(run_dir), exp.save_models))
+            folder = Path(group, name, f"seed{seed}")
+            jobs.append(Job(group, name, seed, train, task, spec.model or task.model, str(runs_dir / folder),
+                            exp.save_models, str((checkpoints_dir or runs_dir) / folder)))
     return jobs
 
 
@@ -213,7 +221,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
     writer.samples(samples)
     if job.save_models:
         for agent in trainer.agents:
-            agent.save(run_dir / agent.name, tokenizer)
+            agent.save(Path(job.checkpoint_dir or run_dir) / agent.name, tokenizer)
     summary = writer.summary(last_n=min(10, job.train.iterations), wall_time_s=time.time() - start,
                              run=job.name, algorithm=job.algorithm, seed=job.seed)
     if tracker is not None:

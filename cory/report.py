@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,9 @@ class ReportConfig:
     """Generations per table in samples.md."""
     plot_smoothing: int = 1
     """Centred rolling mean (iterations) of each seed's curve in the figures; 1 draws the raw curves."""
+    deviations: dict[str, str] = field(default_factory=dict)
+    """Settings that differ from the paper's (Tables 1-2) -> why; REPORT.md lists them. Kept in the profile, beside
+    the settings they explain."""
 
     def __post_init__(self) -> None:
         path = section_path("report")
@@ -233,6 +236,15 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     return lines + _table(["run", "seconds"], rows) + [""]
 
 
+def deviations_markdown(cfg: ReportConfig) -> list[str]:
+    """The profile's own account of where it departs from the paper's settings (params report.deviations)."""
+    if not cfg.deviations:
+        return []
+    lines = ["### Changes from the paper's settings (params `report.deviations`)", "",
+             "Each applies to PPO and CORY alike unless it says otherwise.", ""]
+    return lines + _table(["setting", "why"], [[f"`{k}`", v] for k, v in cfg.deviations.items()]) + [""]
+
+
 VERDICT_RULE = (
     f"Each claim has a rule on per-seed quantities. The rule is applied to every seed and to the mean over seeds: "
     f"**{HELD}** = it holds on the means and on every seed; **{NOT_HELD}** = it holds on neither the means nor any "
@@ -274,7 +286,7 @@ def report_markdown(
         "", "## Verdicts", "", VERDICT_RULE, "",
         *_table(["#", "claim (paper)", "figure", "verdict"],
                 [[i, c.paper, f"[{c.figure}]({c.figure})", f"**{c.verdict}**"] for i, c in enumerate(claims, 1)]),
-        "", *setup_markdown(inputs), "## Claims", "",
+        "", *setup_markdown(inputs), *deviations_markdown(cfg), "## Claims", "",
     ]
     for i, claim in enumerate(claims, 1):
         lines += claim_markdown(i, claim)

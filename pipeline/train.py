@@ -2,7 +2,9 @@
 
     python -m pipeline.train [group ...]        # default: every group under `experiments`
 
-Runs go to outputs/<profile>/runs/<group>/<run>/seed<k>/ (see cory.experiments) and each logs an MLflow run.
+Runs go to outputs/<profile>/runs/<group>/<run>/seed<k>/ (histories, samples, configs: small files the report reads),
+their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see cory.experiments); each run logs an
+MLflow run.
 Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes, drawn from one pool
 across all groups (longest first) so the GPU never waits for the stragglers of one group before the next starts.
 Every config, model and prompt file is checked before the first run starts.
@@ -96,10 +98,12 @@ def main(argv: list[str]) -> None:
     for group in groups:
         exp, task = parse_experiment(params, group)
         task = resolve(params, exp.task, task)
-        group_jobs = expand_jobs(group, exp, task, params.get("train") or {}, seeds(params), out_dir(params, "runs"))
+        group_jobs = expand_jobs(group, exp, task, params.get("train") or {}, seeds(params),
+                                 out_dir(params, "runs"), out_dir(params, "checkpoints"))
         jobs += [replace(job, model=model_path(params, job.model)) for job in group_jobs]
     check_models(jobs)
     jobs.sort(key=cost, reverse=True)
+    out_dir(params, "checkpoints").mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
 
     name = profile(params)
     with stage_timer(params, "train"):

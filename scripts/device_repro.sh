@@ -40,13 +40,14 @@ wait_for() {
 
 collect() {
   mkdir -p "$OUT"
-  local profile runs
+  local profile
   profile=$(python3 -c "import yaml; print(yaml.safe_load(open('params.yaml'))['profile'])")
-  runs=$(find "outputs/$profile/runs" -name '*.csv' -o -name '*.json' -o -name '*.jsonl' 2>/dev/null)
   grep -Ev "$FILTER" "$LOG" > "$OUT/repro.log"
+  # Everything the report stage reads (the runs hold no weights: those are in checkpoints/), byte for byte, so that
+  # `dvc repro --single-item report` can rebuild the report elsewhere with dvc.lock unchanged upstream.
   tar czf "$OUT/results.tgz" --ignore-failed-read dvc.lock "reports/$profile" "outputs/$profile/metrics" \
-    "outputs/$profile/eval" "outputs/$profile/samples" "outputs/$profile/data/imdb/stats.json" \
-    "outputs/$profile/data/math/stats.json" $runs 2>/dev/null
+    "outputs/$profile/eval" "outputs/$profile/samples" "outputs/$profile/runs" \
+    "outputs/$profile/data/imdb/stats.json" "outputs/$profile/data/math/stats.json" 2>/dev/null
   gzip -c mlflow.db > "$OUT/mlflow.db.gz" 2>/dev/null
   ls -la "$OUT"
 }

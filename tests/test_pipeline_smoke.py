@@ -98,3 +98,28 @@ def test_report_and_figures_exist(smoke_repo):
     reports = smoke_repo / "reports/smoke"
     assert (reports / "REPORT.md").stat().st_size > 500
     assert len(list(reports.glob("*.png"))) >= 6
+
+
+def test_weights_are_kept_apart_from_the_run_files(smoke_repo):
+    outputs = smoke_repo / "outputs/smoke"
+    assert not list((outputs / "runs").rglob("*.safetensors"))
+    for seed_dir in ("math/ppo/seed0/llm1", "math/cory/seed0/llm1", "math/cory/seed0/llm2"):
+        assert (outputs / "checkpoints" / seed_dir / "config.json").is_file()
+
+
+def test_report_rebuilds_from_the_run_files_alone(smoke_repo, tmp_path):
+    """A machine that got back only the small files (no weights) reruns the report stage with dvc.lock unchanged
+    upstream: the GPU run's results can be re-reported without the GPU."""
+    repo = tmp_path / "repo"
+    shutil.copytree(smoke_repo, repo, symlinks=True)
+    for heavy in ("outputs/smoke/checkpoints", "outputs/smoke/models", ".dvc/cache"):
+        shutil.rmtree(repo / heavy)
+    shutil.rmtree(repo / "reports/smoke")
+    before = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("CORY_PARAMS", None)
+    sh("dvc", "repro", "--single-item", "report", cwd=repo, env=env)
+    after = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    assert (repo / "reports/smoke/REPORT.md").stat().st_size > 500
+    assert after["report"]["deps"] == before["report"]["deps"]
+    assert {k: v for k, v in after.items() if k != "report"} == {k: v for k, v in before.items() if k != "report"}

@@ -187,7 +187,8 @@ def test_report_config_rejects_bad_values():
 def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim(tmp_path):
     outputs, reports = tmp_path / "outputs", tmp_path / "reports"
     write_fixture(outputs)
-    claims = {c.key: c for c in write_report(outputs, reports, ReportConfig(), None, "fixture")}
+    cfg = ReportConfig(deviations={"ppo.batch_size": "128 | not 256: time"})
+    claims = {c.key: c for c in write_report(outputs, reports, cfg, None, "fixture")}
     assert {key: c.verdict for key, c in claims.items() if c.verdict != HELD} == {}
     kl = claims["imdb_kl_ratio"].means()
     assert 2.5 < kl["KL ratio PPO / CORY-LLM1"] < 3.5  # PPO final KL ~14.7 vs CORY ~4.97
@@ -197,6 +198,7 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     for i, claim in enumerate(claims.values(), 1):
         assert f"### {i}. {claim.paper}" in report
     assert report.count("**Verdict: held**") == len(claims)
+    assert "| `ppo.batch_size` | 128 \\| not 256: time |" in report
     assert "| **total** | 360.5 |" in report and "29,000,000" in report and "ppo.init_kl_coef" in report
     for name in FIGURES:
         assert f"({name}.png)" in report
