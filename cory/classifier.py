@@ -11,6 +11,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -50,7 +51,10 @@ class ClassifierConfig:
     grad_clip: float | None = 1.0
     """Clip the gradient norm to this; null disables."""
     max_length: int = 256
-    """Reviews are cut to their first max_length tokens."""
+    """Reviews are cut to max_length tokens: their first (truncation head) or their last (tail)."""
+    truncation: Literal["head", "tail"] = "head"
+    """Which end of a long review the classifier reads, in training and in the held-out accuracy. The end of a review
+    usually holds its verdict; the RL texts are short, so this changes only how long reviews are learned from."""
     short_fraction: float = 0.5
     """Fraction of batches whose reviews are cut to short prefixes: the RL reward scores ~10-30-token texts."""
     short_tokens: tuple[int, int] = (8, 48)
@@ -78,15 +82,18 @@ class ClassifierConfig:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _encode_reviews(tokenizer, texts: list[str], max_length: int) -> tuple[torch.Tensor, np.ndarray]:
-    """Right-padded first `max_length` tokens of each text: ids (N, max_length) int64 and lengths (N,) on the host."""
+def _encode_reviews(
+    tokenizer, texts: list[str], max_length: int, tail: bool = False
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Right-padded first (or, with tail, last) `max_length` tokens of each text: ids (N, max_length) int64 and
+    lengths (N,) on the host."""
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     lengths = np.array([min(len(seq), max_length) for seq in ids])
     if (lengths == 0).any():
         raise ValueError(f"text {int(np.argmin(lengths))} is empty: a classifier needs at least one token")
     tokens = np.full((len(ids), max_length), tokenizer.pad_token_id, dtype=np.int64)
     for row, seq in enumerate(ids):
-        tokens[row, : lengths[row]] = seq[:max_length]
+        tokens[row, : lengths[row]] = seq[-max_length:] if tail else seq[:max_length]
     return torch.from_numpy(tokens), lengths
 
 
@@ -104,13 +111,24 @@ def _crop(tokens: torch.Tensor, lengths: np.ndarray, rows: np.ndarray, keep: np.
 
 @torch.no_grad()
 def classifier_accuracy(
-    model, tokenizer, texts: list[str], labels: list[int], max_length: int, device: str, batch_size: int = 256
+    model, tokenizer, texts: list[str], labels: list[int], max_length: int, device: str, batch_size: int = 256,
+    truncation: str = "head",
 ) -> float:
-    """Accuracy (label 1 = POSITIVE) on the first `max_length` tokens of each text, scored as the RL reward scores:
-    the tokenizer's own call with right padding and an attention mask, so any hub classifier is scored right too."""
+    """Accuracy (label 1 = POSITIVE) on the first (truncation head) or last (tail) `max_length` tokens of each text,
+    scored as the RL reward scores: the tokenizer's own call with right padding and an attention mask, so any hub
+    classifier is scored right too."""
     texts, labels = list(texts), list(labels)
     was_training = model.training
     model.to(device).eval()
+    side, tokenizer.truncation_side = tokenizer.truncation_side, "left" if truncation == "tail" else "right"
+    try:
+        return _accuracy(model, tokenizer, texts, labels, max_length, device, batch_size)
+    finally:
+        tokenizer.truncation_side = side
+        model.train(was_training)
+
+
+def _accuracy(model, tokenizer, texts: list[str], labels: list[int], max_length: int, device: str, batch_size: int):
     correct = 0
     for start in range(0, len(texts), batch_size):
         batch = tokenizer(
@@ -124,7 +142,6 @@ def classifier_accuracy(
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=_is_cuda(device)):
             logits = model(**batch).logits  # (b, num_labels)
         correct += (logits.argmax(-1).cpu() == torch.tensor(labels[start : start + batch_size])).sum().item()
-    model.train(was_training)
     return correct / len(texts)
 
 
@@ -168,7 +185,11 @@ def train_reward_classifier(
     if cfg.max_length > model.config.n_positions:
         raise ConfigError(f"classifier.max_length: {cfg.max_length} exceeds the model's n_positions")
     tokens, lengths = _encode_reviews(tokenizer, texts, cfg.max_length)
-    tokens = tokens.to(device)  # (N, max_length)
+    tokens = tokens.to(device)  # (N, max_length): review starts, which the short-prefix batches are cut from
+    if cfg.truncation == "tail":
+        full = _encode_reviews(tokenizer, texts, cfg.max_length, tail=True)[0].to(device)  # (N, max_length)
+    else:
+        full = tokens
     y = torch.tensor(labels, device=device)  # (N,)
     pad_id = model.config.pad_token_id
 
@@ -187,7 +208,7 @@ def train_reward_classifier(
         keep = rng.integers(lo, hi + 1, size=len(rows)) if short else np.full(len(rows), cfg.max_length)
         # Right padding with no attention mask: under causal attention the last real token, which the head reads
         # (found through the pad id), never sees the pads after it, and the unmasked path runs flash attention.
-        batch = _crop(tokens, lengths, rows, keep, pad_id)  # (B, width)
+        batch = _crop(tokens if short else full, lengths, rows, keep, pad_id)  # (B, width)
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=batch).logits  # (B, 2)
         loss = F.cross_entropy(logits.float(), y[torch.from_numpy(rows).to(device)])
@@ -201,7 +222,8 @@ def train_reward_classifier(
                     "step": step,
                     "epoch": step / steps_per_epoch,
                     "train_loss": running.item() / (step - (history[-1]["step"] if history else 0)),
-                    "accuracy": classifier_accuracy(model, tokenizer, val_texts, val_labels, cfg.max_length, device),
+                    "accuracy": classifier_accuracy(model, tokenizer, val_texts, val_labels, cfg.max_length, device,
+                                                    truncation=cfg.truncation),
                     "seconds": time.perf_counter() - prepared,
                 }
             )

@@ -93,12 +93,15 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
             backward_idx = order[start : start + cfg.backward_batch_size]
             for mb_start in range(0, len(backward_idx), cfg.mini_batch_size):
                 idx = backward_idx[mb_start : mb_start + cfg.mini_batch_size]
-                loss, stats, ratio = _minibatch_loss(agent, exp, idx)
-                if ratio > cfg.ratio_threshold:  # TRL skips a runaway mini-batch rather than stepping on it
-                    loss = loss * 0.0
-                    skipped += 1
-                (loss / cfg.gradient_accumulation_steps).backward()
+                loss, stats, ratio, finite = _minibatch_loss(agent, exp, idx)
                 stats_acc.append(stats)
+                # TRL skips a runaway mini-batch (mean ratio above the threshold) rather than stepping on it; a
+                # non-finite loss is skipped too. Skipping means no backward at all: TRL's `loss * 0.0` would turn
+                # an inf loss into NaN gradients.
+                if not finite or not ratio <= cfg.ratio_threshold:
+                    skipped += 1
+                    continue
+                (loss / cfg.gradient_accumulation_steps).backward()
             if cfg.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
             agent.optimizer.step()
@@ -133,7 +136,8 @@ def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor):
         "approx_kl": pg_stats["approx_kl"],
     }
     # The ratio check needs the value on the host; it is the one sync per mini-batch TRL also makes.
-    return loss, stats, pg_stats["ratio"].item()
+    ratio, finite = torch.stack([pg_stats["ratio"].detach(), torch.isfinite(loss.detach()).float()]).tolist()
+    return loss, stats, ratio, finite == 1.0
 
 
 def _to(rollout: Rollout, device: torch.device) -> Rollout:

@@ -18,10 +18,12 @@ import torch.nn.functional as F
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Mean of `values` where `mask` is 1, over all elements (dim=None) or along `dim`."""
+    """Mean of `values` where `mask` is 1, over all elements (dim=None) or along `dim`. Masked-out entries are
+    dropped, not multiplied by 0, so an inf or NaN there (a pad token's log-ratio, say) cannot leak into the mean."""
+    kept = torch.where(mask.bool(), values, 0.0)
     if dim is None:
-        return (values * mask).sum() / mask.sum()
-    return (values * mask).sum(dim) / mask.sum(dim)
+        return kept.sum() / mask.sum()
+    return kept.sum(dim) / mask.sum(dim)
 
 
 def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
@@ -136,13 +138,16 @@ def policy_loss(
 
     loss = masked mean of max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps)), rho = exp(logp - logp_old).
     """
-    ratio = torch.exp(logprobs - old_logprobs)
+    # Pad positions get log-ratio 0 before the exp: exp of a large pad log-ratio is inf, and inf * 0 (or the
+    # gradient of a masked inf) is NaN, which one Adam step spreads into every weight.
+    log_ratio = torch.where(mask.bool(), logprobs - old_logprobs, 0.0)
+    ratio = torch.exp(log_ratio)
     losses = -advantages * ratio
     losses_clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
     loss = masked_mean(torch.max(losses, losses_clipped), mask)
     stats = {
         "clipfrac": masked_mean((losses_clipped > losses).float(), mask),
-        "approx_kl": 0.5 * masked_mean((logprobs - old_logprobs) ** 2, mask),
+        "approx_kl": 0.5 * masked_mean(log_ratio**2, mask),
         "ratio": masked_mean(ratio, mask),
     }
     return loss, stats

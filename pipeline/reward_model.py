@@ -78,7 +78,8 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tup
         metrics = {
             "params": count_parameters(model),
             "val_reviews": len(val_texts),
-            "accuracy": classifier_accuracy(model, tokenizer, val_texts, val_labels, cfg.classifier.max_length, device),
+            "accuracy": classifier_accuracy(model, tokenizer, val_texts, val_labels, cfg.classifier.max_length, device,
+                                            truncation=cfg.classifier.truncation),
             f"accuracy_prefix{prefix}": classifier_accuracy(model, tokenizer, val_texts, val_labels, prefix, device),
             "total_seconds": time.perf_counter() - started,
         }

@@ -6,7 +6,8 @@
 # One call of the lending tool may run 10 minutes, but a process started in its own session (setsid) runs on while
 # the machine stays held, so the pipeline runs in the background and later calls wait for it:
 #   bash scripts/device_repro.sh start            # install, snapshot, start `dvc repro` in the background
-#   bash scripts/device_repro.sh wait 540         # wait up to 540 s; prints the log's tail (repeat until done)
+#   bash scripts/device_repro.sh wait 540         # wait up to 540 s; prints the log's tail (repeat until done;
+#                                                 # call again within the tool's warm window, or the run is lost)
 #   bash scripts/device_repro.sh collect          # pack dvc.lock, reports, metrics, run histories, mlflow.db into $OUT
 # (PROFILE=smoke switches the profile first; default: the committed params.yaml.)
 set -uo pipefail
@@ -32,6 +33,8 @@ start() {
 
 wait_for() {
   local limit=${1:-540} waited=0
+  # A machine left idle for longer than the lending tool keeps it is given back: the next call finds a bare one.
+  if [ ! -f "$LOG" ]; then echo "no $LOG here: this is a fresh machine, the background run is gone" >&2; exit 3; fi
   while [ ! -f repro.done ] && [ "$waited" -lt "$limit" ]; do sleep 10; waited=$((waited + 10)); done
   grep -Ev "$FILTER" "$LOG" | tail -40
   if [ -f repro.done ]; then echo "dvc repro finished: $(cat repro.done)"; else echo "still running after ${waited} s"; fi

@@ -102,6 +102,16 @@ def test_policy_loss_clipping():
     assert stats["approx_kl"].item() == pytest.approx(0.125)
 
 
+def test_policy_loss_ignores_a_huge_log_ratio_on_a_pad_token():
+    # A pad position (mask 0) whose log-ratio overflows exp: the loss and its gradient must stay finite.
+    logprobs = t([[-1.0, 500.0]]).requires_grad_()
+    loss, stats = ppo.policy_loss(logprobs, t([[-1.0, 0.0]]), t([[1.0, -1.0]]), t([[1.0, 0.0]]), cliprange=0.2)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.0) and stats["ratio"].item() == pytest.approx(1.0)
+    assert torch.isfinite(logprobs.grad).all() and logprobs.grad[0, 1] == 0.0
+    assert ppo.masked_mean(t([[2.0, float("inf")]]), t([[1.0, 0.0]])).item() == 2.0
+
+
 def test_value_loss_clipping():
     mask = t([[1.0]])
     # V = 1, V_old = 0.5, eps = 0.2 -> clipped V = 0.7

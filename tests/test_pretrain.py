@@ -103,6 +103,20 @@ def test_classifier_accuracy_reads_the_last_real_token_under_padding(tok):
     assert classifier_accuracy(model, tok, texts, predicted, 16, "cpu") == 1.0
 
 
+def test_tail_truncation_reads_the_end_of_a_long_review(tok):
+    from cory.classifier import _encode_reviews
+
+    head, lengths = _encode_reviews(tok, ["the movie was very good"], 2)
+    tail, _ = _encode_reviews(tok, ["the movie was very good"], 2, tail=True)
+    assert tok.decode(head[0]).split() == ["the", "movie"] and tok.decode(tail[0]).split() == ["very", "good"]
+    assert lengths.tolist() == [2]
+    model = build_classifier(tok, ClassifierConfig(lm=TINY)).eval()
+    texts = ["the movie was very good", "a plot not very good"]
+    ends = model(**tok(["very good", "very good"], return_tensors="pt")).logits.argmax(-1).tolist()
+    assert classifier_accuracy(model, tok, texts, ends, 2, "cpu", truncation="tail") == 1.0
+    assert tok.truncation_side == "right"  # restored
+
+
 def test_classifier_starts_from_the_lms_body(tok, tmp_path):
     lm = build_causal_lm(TINY, len(tok), tok.eos_token_id)
     save_model(lm, tok, tmp_path)

@@ -113,6 +113,29 @@ def test_all_minibatches_skipped_leaves_the_policy_unchanged():
     assert all(torch.equal(a, b) for a, b in zip(before, agent.lm.parameters()))
 
 
+def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch):
+    """An inf loss must not reach the optimizer: TRL's `loss * 0.0` would make its gradients NaN."""
+    import cory.learner as learner
+    from cory.rollout import generate
+
+    torch.manual_seed(0)
+    trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    agent = trainer.agents[0]
+    real = learner._minibatch_loss
+
+    def inf_loss(*args):
+        loss, stats, ratio, _ = real(*args)
+        loss = loss * float("inf")
+        return loss, stats, ratio, bool(torch.isfinite(loss))
+
+    monkeypatch.setattr(learner, "_minibatch_loss", inf_loss)
+    before = [p.detach().clone() for p in agent.lm.parameters()]
+    rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
+    stats = ppo_update(agent, make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses)))
+    assert stats["skipped_minibatches"] == 8.0
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.lm.parameters()))
+
+
 @pytest.mark.parametrize("n_agents", [1, 2])
 def test_training_raises_the_task_reward(n_agents):
     torch.manual_seed(0)

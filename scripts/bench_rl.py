@@ -1,0 +1,138 @@
+"""Benchmark: where an RL iteration's time goes, and how many runs should share one GPU.
+
+    python scripts/bench_rl.py [--group imdb --run cory] [--iterations 6] [--workers 1 4 8 14] [--profile]
+
+Builds the profile's run (params.yaml: its resolved train config, model shape and prompt template) on randomly
+initialised models of the same shapes (the time of a step does not depend on the weights, and no pipeline stage has
+to run first), then prints
+  - one process alone: seconds per iteration, split into generation / scoring / update (cory.trainer timings);
+  - with --workers: N processes training at once on the GPU, as the train stage runs them, and the throughput
+    (iterations per second over all of them) relative to one process, measured side by side in this one run;
+  - with --profile: the CUDA kernels that take the most GPU time in one iteration.
+Nothing is written; it needs a GPU to say anything useful (on CPU it runs, slowly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
+
+
+def build(group: str, run: str, work: Path):
+    """(TrainConfig, lm, tokenizer, reward_fn, prompts) for one run of the profile, on random weights."""
+    import numpy as np
+    import yaml
+
+    from cory.classifier import ClassifierConfig, build_classifier
+    from cory.experiments import expand_jobs, parse_experiment
+    from cory.pretrain import LMConfig, build_causal_lm, save_model
+    from cory.rewards import build_reward
+    from cory.tokenizer import load_tokenizer
+    from pipeline.common import device
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    exp, task = parse_experiment(params, group)
+    job = next(j for j in expand_jobs(group, exp, task, params["train"], [0], work) if j.run == run)
+    tokenizer = load_tokenizer("offline-gpt2")
+    shape = LMConfig(**params["base_models"][job.model]["lm"])
+    lm = build_causal_lm(shape, len(tokenizer), tokenizer.eos_token_id).to(device())
+    if task.reward == "sentiment":
+        classifier = build_classifier(tokenizer, ClassifierConfig(lm=shape))
+        save_model(classifier, tokenizer, work / "reward")
+        reward = build_reward("sentiment", model_name_or_path=str(work / "reward"), device=device())
+    else:
+        reward = build_reward("math")
+    rng = np.random.default_rng(0)
+    prompts = [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 8)))) for _ in range(job.train.ppo.batch_size)]
+    return job.train, lm, tokenizer, reward, prompts
+
+
+def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, profile: bool = False) -> dict:
+    """Train `warmup + iterations` iterations; returns mean seconds per iteration and per phase (after warmup)."""
+    import torch
+
+    from cory.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, lm, tokenizer, reward, prompts = build(group, run, Path(tmp))
+        trainer = Trainer(replace(cfg, samples_to_log=0), lm, tokenizer, reward, seed=0)
+        answers = ["0"] * len(prompts) if group == "math" else None
+        for _ in range(warmup):
+            trainer.step(prompts, answers)
+        rows = []
+        start = time.perf_counter()
+        for _ in range(iterations):
+            metrics = trainer.step(prompts, answers)
+            rows.append({k[len("timing/"):]: v for k, v in metrics.items() if k.startswith("timing/")})
+        wall = time.perf_counter() - start
+        result = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+        result["wall_per_iteration"] = wall / iterations
+        if profile and torch.cuda.is_available():
+            from torch.profiler import ProfilerActivity, profile as torch_profile
+
+            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                trainer.step(prompts, answers)
+                torch.cuda.synchronize()
+            result["profile"] = prof.key_averages().table(sort_by="cuda_time_total", row_limit=20)
+    return result
+
+
+def _worker(args):
+    group, run, iterations, barrier = args
+    barrier.wait()  # every process has built its models: time only the training
+    return time_iterations(group, run, iterations)
+
+
+def concurrent(group: str, run: str, iterations: int, workers: int) -> tuple[float, list[dict]]:
+    """`workers` processes training at once; returns (wall seconds, each one's timings)."""
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        barrier = manager.Barrier(workers)
+        with context.Pool(workers) as pool:
+            start = time.perf_counter()
+            results = pool.map(_worker, [(group, run, iterations, barrier)] * workers)
+            return time.perf_counter() - start, results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--group", default="imdb")
+    parser.add_argument("--run", default="cory")
+    parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--workers", type=int, nargs="*", default=[])
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+
+    import torch
+
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    print(f"bench_rl: {args.group}/{args.run} on {name}, {args.iterations} timed iterations after 2 warm-up")
+    alone = time_iterations(args.group, args.run, args.iterations, profile=args.profile)
+    profile = alone.pop("profile", None)
+    print("one process alone, seconds per iteration: "
+          + ", ".join(f"{k} {v:.3f}" for k, v in alone.items()))
+    if profile:
+        print(profile)
+    base = 1.0 / alone["wall_per_iteration"]
+    for workers in args.workers:
+        wall, results = concurrent(args.group, args.run, args.iterations, workers)
+        per_iteration = statistics.mean(r["wall_per_iteration"] for r in results)
+        throughput = workers / per_iteration
+        phases = ", ".join(f"{k} {statistics.mean(r[k] for r in results):.3f}" for k in ("generation", "scoring", "update"))
+        print(f"{workers:>2} processes: {per_iteration:.3f} s per iteration each ({phases}); "
+              f"throughput {throughput:.2f} it/s = {throughput / base:.2f}x one process", flush=True)
+
+
+if __name__ == "__main__":
+    main()
