@@ -5,7 +5,7 @@ so the PPO baseline and every CORY variant differ only where params.yaml says th
 run end to end: load the base model and the task, train, and write the run folder:
 
     <run_dir>/history.csv     one row per iteration (metric keys: cory.metrics.GLOSSARY)
-    <run_dir>/summary.json    final values (mean over the last iterations) + wall time
+    <run_dir>/summary.json    final values (mean over the last iterations), wall time, peak GPU memory
     <run_dir>/samples.jsonl   LLM1 alone on fixed queries before training (iteration -1) and after (iteration N),
                               and the generations of the first and the last training iteration
     <run_dir>/config.json     the resolved TrainConfig
@@ -190,6 +190,9 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
 
     torch.manual_seed(job.seed)
     np.random.seed(job.seed)
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     start = time.time()
     run_dir = Path(job.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -222,8 +225,10 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
     if job.save_models:
         for agent in trainer.agents:
             agent.save(Path(job.checkpoint_dir or run_dir) / agent.name, tokenizer)
+    # Peak GPU memory this run's tensors held (one process; the train stage runs runtime.workers of them at once).
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
     summary = writer.summary(last_n=min(10, job.train.iterations), wall_time_s=time.time() - start,
-                             run=job.name, algorithm=job.algorithm, seed=job.seed)
+                             peak_gpu_memory_gib=peak, run=job.name, algorithm=job.algorithm, seed=job.seed)
     if tracker is not None:
         tracker.log_artifact(run_dir / "samples.jsonl")
     return summary

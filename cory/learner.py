@@ -85,7 +85,7 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     device = agent.device
     B = exp.scores.shape[0]
     agent.train(True)  # TRL trains with dropout on
-    skipped = 0
+    skipped = skipped_steps = 0
     stats_acc = []
     for _ in range(cfg.ppo_epochs):
         order = torch.randperm(B, generator=generator).to(device)
@@ -102,9 +102,13 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
                     skipped += 1
                     continue
                 (loss / cfg.gradient_accumulation_steps).backward()
-            if cfg.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
-            agent.optimizer.step()
+            # Clip (if set) and check the gradient in one pass: a non-finite gradient (a kernel's NaN, an overflow)
+            # is dropped rather than stepped on, as AMP's GradScaler does, so one bad batch cannot poison the weights.
+            norm = torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm or float("inf"))
+            if torch.isfinite(norm).item():
+                agent.optimizer.step()
+            else:
+                skipped_steps += 1
             agent.optimizer.zero_grad(set_to_none=True)
     # One device->host sync for all the mini-batch statistics.
     stacked = {k: torch.stack([s[k] for s in stats_acc]).mean().item() for k in stats_acc[0]}
@@ -114,6 +118,7 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     return {
         **stacked,
         "skipped_minibatches": float(skipped),
+        "skipped_steps": float(skipped_steps),
         "kl_coef": agent.kl_ctl.value,
     }
 

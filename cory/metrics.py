@@ -44,7 +44,9 @@ AGENT_METRICS = {
     "response_length": "mean response length in tokens, EOS included",
     "distinct_1": "distinct unigrams / total unigrams over the batch's responses (whitespace tokens)",
     "distinct_2": "distinct bigrams / total bigrams over the batch's responses (whitespace tokens)",
-    "skipped_minibatches": "mini-batches whose loss was zeroed because their mean ratio exceeded ppo.ratio_threshold",
+    "skipped_minibatches": "mini-batches left out of the update (no backward): mean ratio above ppo.ratio_threshold, "
+    "or a non-finite loss",
+    "skipped_steps": "optimizer steps not taken because the gradient was not finite (the gradient is dropped)",
 }
 IDENTITY_ONLY_METRICS = {
     "role": "role played this iteration: 0 = pioneer, 1 = observer",

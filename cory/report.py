@@ -230,10 +230,12 @@ def setup_markdown(inputs: Inputs) -> list[str]:
                         + [["**total**", f"{total:.1f}", f"{total / 60:.2f}"]])
     else:
         lines += ["(no stage timing files were found)"]
-    lines += ["", "Wall time of each training run (summary.json):", ""]
+    lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
+              "runtime.workers of them at once on one GPU):", ""]
     every_run = [run for group in (*inputs.runs.values(), *inputs.pareto.values()) for run in group.values()]
-    rows = [[run.name, _spread(list(run.wall_time_s.values()))] for run in every_run]
-    return lines + _table(["run", "seconds"], rows) + [""]
+    rows = [[run.name, _spread(list(run.wall_time_s.values())), _spread(list(run.peak_gpu_memory_gib.values()))]
+            for run in every_run]
+    return lines + _table(["run", "seconds", "peak GPU memory (GiB)"], rows) + [""]
 
 
 def deviations_markdown(cfg: ReportConfig) -> list[str]:

@@ -38,6 +38,8 @@ class Run:
     config: dict
     samples: list[dict]
     wall_time_s: dict[int, float]
+    peak_gpu_memory_gib: dict[int, float] = field(default_factory=dict)
+    """seed -> peak GPU memory of its process (NaN on CPU or in runs written before it was recorded)."""
 
     @property
     def seeds(self) -> list[int]:
@@ -64,19 +66,21 @@ def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
         seeds = sorted(int(p.name[4:]) for p in run_dir.glob("seed*") if p.name[4:].isdigit())
         if not seeds:
             raise FileNotFoundError(f"{run_dir}: no seed<k>/ folders")
-    histories, wall, config, samples = {}, {}, {}, []
+    histories, wall, memory, config, samples = {}, {}, {}, {}, []
     for seed in seeds:
         folder = run_dir / f"seed{seed}"
         for name in ("history.csv", "summary.json", "config.json", "samples.jsonl"):
             if not (folder / name).is_file():
                 raise FileNotFoundError(f"{folder / name}: not found (did the train stage finish this seed?)")
         histories[seed] = pd.read_csv(folder / "history.csv").sort_values("iteration").reset_index(drop=True)
-        wall[seed] = float(json.loads((folder / "summary.json").read_text()).get("wall_time_s", math.nan))
+        summary = json.loads((folder / "summary.json").read_text())
+        wall[seed] = float(summary.get("wall_time_s", math.nan))
+        memory[seed] = float(summary.get("peak_gpu_memory_gib") or math.nan)
         if not config:  # seeds differ only in `seed`: the first one's config stands for the run
             config = json.loads((folder / "config.json").read_text())
             samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line]
     name = "/".join(run_dir.parts[-2:])
-    return Run(name, histories, config, samples, wall)
+    return Run(name, histories, config, samples, wall, memory)
 
 
 def _group_dir(runs_dir: Path, group: str) -> Path:

@@ -77,6 +77,20 @@ def autocast(device: torch.device | str):
     return contextlib.nullcontext()
 
 
+def avoid_cudnn_attention(device: torch.device | str) -> None:
+    """Route scaled-dot-product attention away from cuDNN for RL training on a GPU.
+
+    RL forwards pass an explicit padding mask (left-padded prompts, post-EOS pads), and with a mask the cuDNN SDPA
+    backward of torch >= 2.11 on H100/H200 returns NaN query gradients whenever seq_len % 128 == 64 and a row's
+    logsumexp is very negative (a fully masked pad row is): pytorch/pytorch#196678, huggingface/trl#7181. Seen here:
+    CORY runs whose observer sequences reach 64 or 192 tokens got NaN weights after a few iterations. The
+    memory-efficient and math backends are clean on the same inputs; pretraining and the classifier pass no mask
+    and keep cuDNN.
+    """
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 

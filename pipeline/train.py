@@ -13,6 +13,7 @@ Every config, model and prompt file is checked before the first run starts.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -106,6 +107,9 @@ def main(argv: list[str]) -> None:
     out_dir(params, "checkpoints").mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
 
     name = profile(params)
+    # Many processes share one GPU: let each one's allocator grow and shrink in place rather than hold fragmented
+    # blocks (set before any worker starts CUDA; an explicit setting of the user's wins).
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with stage_timer(params, "train"):
         if runtime.workers == 1:
             summaries = [run_job(job, name, runtime.log_every) for job in jobs]

@@ -136,6 +136,26 @@ def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(before, agent.lm.parameters()))
 
 
+def test_a_non_finite_gradient_is_dropped_not_stepped_on():
+    """A NaN gradient with a finite loss (the cuDNN attention backward bug of cory.rollout.avoid_cudnn_attention)
+    must leave the weights as they were."""
+    from cory.rollout import generate
+
+    torch.manual_seed(0)
+    trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
+    agent = trainer.agents[0]
+    rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
+    exp = make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses))
+    weight = next(agent.lm.parameters())
+    hook = weight.register_hook(lambda grad: grad * float("nan"))
+    before = [p.detach().clone() for p in agent.lm.parameters()]
+    stats = ppo_update(agent, exp)
+    hook.remove()
+    assert stats["skipped_steps"] == 8.0 and stats["skipped_minibatches"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.lm.parameters()))
+    assert all(torch.isfinite(p).all() for p in agent.lm.parameters())
+
+
 @pytest.mark.parametrize("n_agents", [1, 2])
 def test_training_raises_the_task_reward(n_agents):
     torch.manual_seed(0)
