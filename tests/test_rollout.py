@@ -69,3 +69,14 @@ def test_suppress_eos_gives_every_response_the_drawn_length():
     forced = generate(lm, tok, prompts, GenerationConfig(response_length=(6, 6), suppress_eos=True), max_new_tokens=6)
     assert forced.response_lengths.tolist() == [6] * len(prompts)
     assert 0 not in forced.response_ids.tolist()[0]
+
+
+def test_rl_on_a_gpu_turns_cudnn_attention_off_and_on_cpu_leaves_it(monkeypatch):
+    from cory import rollout
+
+    calls = []
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", lambda enabled: calls.append(enabled))
+    rollout.avoid_cudnn_attention("cpu")
+    assert calls == []
+    rollout.avoid_cudnn_attention("cuda:0")
+    assert calls == [False]
