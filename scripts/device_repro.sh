@@ -10,6 +10,12 @@
 #                                                 # call again within the tool's warm window, or the run is lost)
 #   bash scripts/device_repro.sh collect          # pack dvc.lock, reports, metrics, run histories, mlflow.db into $OUT
 # (PROFILE=smoke switches the profile first; default: the committed params.yaml.)
+# The lending tool gives a machine back 30 s after a call ends, so end every call with `collect` (whatever has
+# finished comes back even if the next call finds a bare machine) and send the next call at once:
+#   call 1: bash scripts/device_repro.sh start && bash scripts/device_repro.sh wait 500; bash scripts/device_repro.sh collect
+#   call 2: bash scripts/device_repro.sh wait 560; bash scripts/device_repro.sh collect        (repeat while running)
+# If the report needs changing afterwards, unpack results.tgz here and run `dvc repro --single-item report`: the run
+# files are byte for byte those of the GPU run, so dvc.lock stays true upstream (tests/test_pipeline_smoke.py).
 set -uo pipefail
 export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true PYTHONUNBUFFERED=1 CORY_PIPELINE_RUN=${CORY_PIPELINE_RUN:-device}
 OUT=${OUT:-/tmp/out}
