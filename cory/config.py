@@ -113,7 +113,7 @@ class PPOConfig:
     vf_coef: float = 0.1
     """Value-loss coefficient (beta in the paper's Eq. 13)."""
     ratio_threshold: float = 10.0
-    """A mini-batch whose mean ratio exceeds this is skipped (loss multiplied by 0), as in TRL."""
+    """A mini-batch whose mean ratio exceeds this is skipped (no backward), as in TRL."""
     max_grad_norm: float | None = None
     """Clip the gradient norm to this value; None disables clipping (the paper's setting)."""
     kl_penalty: Literal["kl", "abs", "mse", "full"] = "full"
@@ -136,6 +136,10 @@ class PPOConfig:
     """Whiten per-token rewards before GAE (without shifting the mean), as TRL's option."""
     forward_batch_size: int | None = None
     """Samples per no-grad forward pass when building experience; None means the whole batch at once."""
+    mixed_precision: bool = True
+    """On a GPU, run the RL forward passes (sampling, experience, update) under bf16 autocast; false runs them in
+    fp32 with TF32 matmuls, which skips autocast's cast kernels (small models are bound by kernel launches; compare
+    with scripts/bench_rl.py). Weights, optimizer and the PPO math stay fp32 either way."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings."""
 

@@ -69,26 +69,27 @@ def mask_after_eos(response_ids: torch.Tensor, eos_token_id: int | None) -> torc
     return (seen_before == 0).long()
 
 
-def autocast(device: torch.device | str):
-    """bf16 autocast where a GPU is present; a no-op context on CPU."""
+def autocast(device: torch.device | str, enabled: bool = True):
+    """bf16 autocast where a GPU is present (unless disabled: ppo.mixed_precision); a no-op context on CPU."""
     device = torch.device(device)
-    if device.type == "cuda":
+    if device.type == "cuda" and enabled:
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
-def avoid_cudnn_attention(device: torch.device | str) -> None:
-    """Route scaled-dot-product attention away from cuDNN for RL training on a GPU.
+def configure_gpu_for_rl(device: torch.device | str) -> None:
+    """GPU settings of an RL process: TF32 for fp32 matmuls (ppo.mixed_precision: false) and no cuDNN attention.
 
-    RL forwards pass an explicit padding mask (left-padded prompts, post-EOS pads), and with a mask the cuDNN SDPA
-    backward of torch >= 2.11 on H100/H200 returns NaN query gradients whenever seq_len % 128 == 64 and a row's
-    logsumexp is very negative (a fully masked pad row is): pytorch/pytorch#196678, huggingface/trl#7181. Seen here:
-    CORY runs whose observer sequences reach 64 or 192 tokens got NaN weights after a few iterations. The
-    memory-efficient and math backends are clean on the same inputs; pretraining and the classifier pass no mask
-    and keep cuDNN.
+    Why no cuDNN attention: RL forwards pass an explicit padding mask (left-padded prompts, post-EOS pads), and with
+    a mask the cuDNN SDPA backward of torch >= 2.11 on H100/H200 returns NaN query gradients whenever
+    seq_len % 128 == 64 and a row's logsumexp is very negative (a fully masked pad row is): pytorch/pytorch#196678,
+    huggingface/trl#7181. Seen here: CORY runs whose observer sequences reach 64 or 192 tokens got NaN weights after
+    a few iterations. The memory-efficient and math backends are clean on the same inputs; pretraining and the
+    classifier pass no mask and keep cuDNN.
     """
     if torch.device(device).type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.set_float32_matmul_precision("high")  # TF32
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -110,9 +111,11 @@ def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch
 
 @torch.no_grad()
 def generate(
-    model, tokenizer, prompts: list[str], gen: GenerationConfig, max_new_tokens: int, batch_size: int | None = None
+    model, tokenizer, prompts: list[str], gen: GenerationConfig, max_new_tokens: int, batch_size: int | None = None,
+    mixed_precision: bool = True,
 ) -> Rollout:
-    """Sample one response per prompt with the paper's settings (whole batch at once unless `batch_size`).
+    """Sample one response per prompt with the paper's settings (whole batch at once unless `batch_size`; bf16
+    autocast on a GPU unless `mixed_precision` is false).
 
     `model` is a transformers causal LM. It is put in eval mode (no dropout while sampling) and left there.
     """
@@ -123,7 +126,7 @@ def generate(
     step = batch_size or len(prompts)
     for start in range(0, len(prompts), step):
         enc = tokenizer(prompts[start : start + step], return_tensors="pt", padding=True).to(device)
-        with autocast(device):
+        with autocast(device, mixed_precision):
             out = model.generate(
                 input_ids=enc.input_ids,
                 attention_mask=enc.attention_mask,

@@ -21,7 +21,7 @@ from cory.config import TrainConfig
 from cory.learner import Experience, make_experience, ppo_update
 from cory.metrics import distinct_n
 from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
-from cory.rollout import Rollout, avoid_cudnn_attention, generate
+from cory.rollout import Rollout, configure_gpu_for_rl, generate
 
 RewardFn = Callable[[Sequence[str], Sequence[str], Sequence[str] | None], torch.Tensor]
 """reward(queries, responses, answers) -> (B,) task scores."""
@@ -34,7 +34,7 @@ class Trainer:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.reward_fn = reward_fn
-        avoid_cudnn_attention(next(lm.parameters()).device)
+        configure_gpu_for_rl(next(lm.parameters()).device)
         self.ref_lm = frozen_reference(lm)
         copies = [lm] if cfg.cory.n_agents == 1 else [lm, copy.deepcopy(lm)]  # duplication (paper §3.1)
         if cfg.lora_rank is not None:
@@ -133,7 +133,9 @@ class Trainer:
         ]
 
     def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int) -> Rollout:
-        return generate(agent.lm, self.tokenizer, prompts, self.cfg.ppo.generation, max_new_tokens)
+        ppo_cfg = self.cfg.ppo
+        return generate(agent.lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
+                        mixed_precision=ppo_cfg.mixed_precision)
 
     def _role_metrics(
         self, exp: Experience, stats: dict[str, float], task: torch.Tensor, training: torch.Tensor, beta: float

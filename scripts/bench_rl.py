@@ -1,6 +1,7 @@
 """Benchmark: where an RL iteration's time goes, and how many runs should share one GPU.
 
     python scripts/bench_rl.py [--group imdb --run cory] [--iterations 6] [--workers 1 4 8 14] [--profile]
+                               [--variant ppo.mixed_precision=false ...]
 
 Builds the profile's run (params.yaml: its resolved train config, model shape and prompt template) on randomly
 initialised models of the same shapes (the time of a step does not depend on the weights, and no pipeline stage has
@@ -8,7 +9,9 @@ to run first), then prints
   - one process alone: seconds per iteration, split into generation / scoring / update (cory.trainer timings);
   - with --workers: N processes training at once on the GPU, as the train stage runs them, and the throughput
     (iterations per second over all of them) relative to one process, measured side by side in this one run;
-  - with --profile: the CUDA kernels that take the most GPU time in one iteration.
+  - with --profile: the CUDA kernels that take the most GPU time in one iteration;
+  - with --variant: the same measurements again with those train settings changed (comma-separated dotted
+    KEY=VALUE, values read as YAML), after the profile's own settings, in this one run.
 Nothing is written; it needs a GPU to say anything useful (on CPU it runs, slowly).
 """
 
@@ -29,12 +32,28 @@ sys.path.insert(0, str(ROOT))
 WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
 
 
-def build(group: str, run: str, work: Path):
+def overrides(variant: str) -> dict:
+    """'ppo.mixed_precision=false,ppo.forward_batch_size=64' -> the nested dict of train-block overrides."""
+    import yaml
+
+    tree: dict = {}
+    for item in filter(None, variant.split(",")):
+        key, _, value = item.partition("=")
+        node = tree
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return tree
+
+
+def build(group: str, run: str, work: Path, variant: str = ""):
     """(TrainConfig, lm, tokenizer, reward_fn, prompts) for one run of the profile, on random weights."""
     import numpy as np
     import yaml
 
     from cory.classifier import ClassifierConfig, build_classifier
+    from cory.config import merge
     from cory.experiments import expand_jobs, parse_experiment
     from cory.pretrain import LMConfig, build_causal_lm, save_model
     from cory.rewards import build_reward
@@ -43,7 +62,8 @@ def build(group: str, run: str, work: Path):
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     exp, task = parse_experiment(params, group)
-    job = next(j for j in expand_jobs(group, exp, task, params["train"], [0], work) if j.run == run)
+    train = merge(params["train"], overrides(variant))
+    job = next(j for j in expand_jobs(group, exp, task, train, [0], work) if j.run == run)
     tokenizer = load_tokenizer("offline-gpt2")
     shape = LMConfig(**params["base_models"][job.model]["lm"])
     lm = build_causal_lm(shape, len(tokenizer), tokenizer.eos_token_id).to(device())
@@ -58,16 +78,19 @@ def build(group: str, run: str, work: Path):
     return job.train, lm, tokenizer, reward, prompts
 
 
-def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, profile: bool = False) -> dict:
+def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, profile: bool = False,
+                    variant: str = "", barrier=None) -> dict:
     """Train `warmup + iterations` iterations; returns mean seconds per iteration and per phase (after warmup)."""
     import torch
 
     from cory.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg, lm, tokenizer, reward, prompts = build(group, run, Path(tmp))
+        cfg, lm, tokenizer, reward, prompts = build(group, run, Path(tmp), variant)
         trainer = Trainer(replace(cfg, samples_to_log=0), lm, tokenizer, reward, seed=0)
         answers = ["0"] * len(prompts) if group == "math" else None
+        if barrier is not None:
+            barrier.wait()  # every process has built its models: time only the training
         for _ in range(warmup):
             trainer.step(prompts, answers)
         rows = []
@@ -89,20 +112,17 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
 
 
 def _worker(args):
-    group, run, iterations, barrier = args
-    barrier.wait()  # every process has built its models: time only the training
-    return time_iterations(group, run, iterations)
+    group, run, iterations, variant, barrier = args
+    return time_iterations(group, run, iterations, variant=variant, barrier=barrier)
 
 
-def concurrent(group: str, run: str, iterations: int, workers: int) -> tuple[float, list[dict]]:
-    """`workers` processes training at once; returns (wall seconds, each one's timings)."""
+def concurrent(group: str, run: str, iterations: int, workers: int, variant: str = "") -> list[dict]:
+    """`workers` processes training at once (all start their warm-up together); each one's timings."""
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         barrier = manager.Barrier(workers)
         with context.Pool(workers) as pool:
-            start = time.perf_counter()
-            results = pool.map(_worker, [(group, run, iterations, barrier)] * workers)
-            return time.perf_counter() - start, results
+            return pool.map(_worker, [(group, run, iterations, variant, barrier)] * workers)
 
 
 def main() -> None:
@@ -112,26 +132,30 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--workers", type=int, nargs="*", default=[])
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--variant", action="append", default=[], help="e.g. ppo.mixed_precision=false")
     args = parser.parse_args()
 
     import torch
 
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     print(f"bench_rl: {args.group}/{args.run} on {name}, {args.iterations} timed iterations after 2 warm-up")
-    alone = time_iterations(args.group, args.run, args.iterations, profile=args.profile)
-    profile = alone.pop("profile", None)
-    print("one process alone, seconds per iteration: "
-          + ", ".join(f"{k} {v:.3f}" for k, v in alone.items()))
-    if profile:
-        print(profile)
-    base = 1.0 / alone["wall_per_iteration"]
-    for workers in args.workers:
-        wall, results = concurrent(args.group, args.run, args.iterations, workers)
-        per_iteration = statistics.mean(r["wall_per_iteration"] for r in results)
-        throughput = workers / per_iteration
-        phases = ", ".join(f"{k} {statistics.mean(r[k] for r in results):.3f}" for k in ("generation", "scoring", "update"))
-        print(f"{workers:>2} processes: {per_iteration:.3f} s per iteration each ({phases}); "
-              f"throughput {throughput:.2f} it/s = {throughput / base:.2f}x one process", flush=True)
+    for variant in ["", *args.variant]:
+        label = variant or "the profile's settings"
+        alone = time_iterations(args.group, args.run, args.iterations, profile=args.profile, variant=variant)
+        profile = alone.pop("profile", None)
+        print(f"[{label}] one process alone, seconds per iteration: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in alone.items()))
+        if profile:
+            print(profile)
+        base = 1.0 / alone["wall_per_iteration"]
+        for workers in args.workers:
+            results = concurrent(args.group, args.run, args.iterations, workers, variant)
+            per_iteration = statistics.mean(r["wall_per_iteration"] for r in results)
+            throughput = workers / per_iteration
+            phases = ", ".join(f"{k} {statistics.mean(r[k] for r in results):.3f}"
+                               for k in ("generation", "scoring", "update"))
+            print(f"[{label}] {workers:>2} processes: {per_iteration:.3f} s per iteration each ({phases}); "
+                  f"throughput {throughput:.2f} it/s = {throughput / base:.2f}x one process of this setting")
 
 
 if __name__ == "__main__":

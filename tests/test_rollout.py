@@ -75,8 +75,9 @@ def test_rl_on_a_gpu_turns_cudnn_attention_off_and_on_cpu_leaves_it(monkeypatch)
     from cory import rollout
 
     calls = []
-    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", lambda enabled: calls.append(enabled))
-    rollout.avoid_cudnn_attention("cpu")
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", lambda enabled: calls.append(("cudnn", enabled)))
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", lambda level: calls.append(("fp32", level)))
+    rollout.configure_gpu_for_rl("cpu")
     assert calls == []
-    rollout.avoid_cudnn_attention("cuda:0")
-    assert calls == [False]
+    rollout.configure_gpu_for_rl("cuda:0")
+    assert calls == [("cudnn", False), ("fp32", "high")]

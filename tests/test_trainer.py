@@ -137,7 +137,7 @@ def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch):
 
 
 def test_a_non_finite_gradient_is_dropped_not_stepped_on():
-    """A NaN gradient with a finite loss (the cuDNN attention backward bug of cory.rollout.avoid_cudnn_attention)
+    """A NaN gradient with a finite loss (the cuDNN attention backward bug of cory.rollout.configure_gpu_for_rl)
     must leave the weights as they were."""
     from cory.rollout import generate
 
