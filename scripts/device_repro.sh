@@ -56,7 +56,8 @@ collect() {
   # `dvc repro --single-item report` can rebuild the report elsewhere with dvc.lock unchanged upstream.
   tar czf "$OUT/results.tgz" --ignore-failed-read dvc.lock "reports/$profile" "outputs/$profile/metrics" \
     "outputs/$profile/eval" "outputs/$profile/samples" "outputs/$profile/runs" \
-    "outputs/$profile/data/imdb/stats.json" "outputs/$profile/data/math/stats.json" 2>/dev/null
+    "outputs/$profile/data/imdb/stats.json" "outputs/$profile/data/math/stats.json" \
+    $(find outputs reports -name .gitignore 2>/dev/null) 2>/dev/null  # DVC's ignore entries for its cached outputs
   gzip -c mlflow.db > "$OUT/mlflow.db.gz" 2>/dev/null
   ls -la "$OUT"
 }
