@@ -139,7 +139,7 @@ class PPOConfig:
     mixed_precision: bool = True
     """On a GPU, run the RL forward passes (sampling, experience, update) under bf16 autocast; false runs them in
     fp32 with TF32 matmuls, which skips autocast's cast kernels (small models are bound by kernel launches; compare
-    with scripts/bench_rl.py). Weights, optimizer and the PPO math stay fp32 either way."""
+    with python -m scripts.bench_rl). Weights, optimizer and the PPO math stay fp32 either way."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings."""
 

@@ -1,9 +1,9 @@
 """Benchmark: where an RL iteration's time goes, and how many runs should share one GPU.
 
-    python scripts/bench_rl.py [--group imdb --run cory] [--iterations 6] [--workers 1 4 8 14] [--profile]
-                               [--variant ppo.mixed_precision=false ...]
+    python -m scripts.bench_rl [--group imdb --run cory] [--iterations 6] [--workers 1 4 8 14] [--profile]
+                               [--variant ppo.mixed_precision=false ...]        (from the project root)
 
-Builds the profile's run (params.yaml: its resolved train config, model shape and prompt template) on randomly
+Builds the profile's run (params.yaml or $CORY_PARAMS: its resolved train config, model shape and prompt template) on randomly
 initialised models of the same shapes (the time of a step does not depend on the weights, and no pipeline stage has
 to run first), then prints
   - one process alone: seconds per iteration, split into generation / scoring / update (cory.trainer timings);
@@ -20,14 +20,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
 
@@ -50,7 +46,6 @@ def overrides(variant: str) -> dict:
 def build(group: str, run: str, work: Path, variant: str = ""):
     """(TrainConfig, lm, tokenizer, reward_fn, prompts) for one run of the profile, on random weights."""
     import numpy as np
-    import yaml
 
     from cory.classifier import ClassifierConfig, build_classifier
     from cory.config import merge
@@ -58,9 +53,9 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     from cory.pretrain import LMConfig, build_causal_lm, save_model
     from cory.rewards import build_reward
     from cory.tokenizer import load_tokenizer
-    from pipeline.common import device
+    from pipeline.common import device, load_params
 
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = load_params()  # params.yaml, or $CORY_PARAMS
     exp, task = parse_experiment(params, group)
     train = merge(params["train"], overrides(variant))
     job = next(j for j in expand_jobs(group, exp, task, train, [0], work) if j.run == run)
