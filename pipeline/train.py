@@ -64,6 +64,16 @@ def check_models(jobs: list[Job]) -> None:
             raise FileNotFoundError(f"{path}: model folder not found (run the base_models / reward_model stage)")
 
 
+def share_cpus(workers: int) -> None:
+    """In each of `workers` processes sharing one machine: an equal share of the cores for torch's CPU thread pool,
+    and no thread pool in the tokenizer (as torchrun sets OMP_NUM_THREADS=1), so that 14 processes do not run 14 x 16
+    threads on 16 cores. Called in every worker before it does any work."""
+    import torch
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def run_job(job: Job, profile_name: str, log_every: int) -> dict:
     from cory.tracking import start_run
 
@@ -116,7 +126,8 @@ def main(argv: list[str]) -> None:
         else:
             # spawn: CUDA cannot be used in forked children.
             context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(runtime.workers, mp_context=context) as pool:
+            with ProcessPoolExecutor(runtime.workers, mp_context=context, initializer=share_cpus,
+                                     initargs=(runtime.workers,)) as pool:
                 summaries = list(pool.map(run_job, jobs, [name] * len(jobs), [runtime.log_every] * len(jobs)))
     for group in groups:
         rows = {s["run"]: headline(s["final"]) for s in summaries if s["run"].startswith(f"{group}/")}

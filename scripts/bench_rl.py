@@ -107,7 +107,10 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
 
 
 def _worker(args):
-    group, run, iterations, variant, barrier = args
+    group, run, iterations, variant, barrier, workers = args
+    from pipeline.train import share_cpus
+
+    share_cpus(workers)  # as the train stage's workers do
     return time_iterations(group, run, iterations, variant=variant, barrier=barrier)
 
 
@@ -117,7 +120,7 @@ def concurrent(group: str, run: str, iterations: int, workers: int, variant: str
     with context.Manager() as manager:
         barrier = manager.Barrier(workers)
         with context.Pool(workers) as pool:
-            return pool.map(_worker, [(group, run, iterations, variant, barrier)] * workers)
+            return pool.map(_worker, [(group, run, iterations, variant, barrier, workers)] * workers)
 
 
 def main() -> None:
