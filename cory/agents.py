@@ -38,6 +38,13 @@ def hidden_size(lm) -> int:
     raise ValueError(f"cannot find the hidden size of {type(lm).__name__}")
 
 
+def disable_dropout(model: nn.Module) -> None:
+    """Every nn.Dropout in `model` to p = 0 (transformers' attention reads its dropout module's p as well)."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+
+
 def make_kl_controller(cfg: PPOConfig):
     if cfg.adaptive_kl:
         return AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
@@ -52,6 +59,9 @@ class Agent:
         self.lm = lm
         self.cfg = cfg
         device = next(lm.parameters()).device
+        if cfg.disable_dropout:
+            disable_dropout(lm)
+            value_dropout = 0.0
         self.value_head = ValueHead(hidden_size(lm), value_dropout).to(device)
         self.reset_training_state()
 

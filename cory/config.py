@@ -134,6 +134,10 @@ class PPOConfig:
     """Clip (scaled) scores to [-score_clip, score_clip]; None disables."""
     whiten_rewards: bool = False
     """Whiten per-token rewards before GAE (without shifting the mean), as TRL's option."""
+    disable_dropout: bool = False
+    """Set every dropout of the policy and its value head to 0. False trains with dropout on, as trl 0.7 and the
+    paper's code; true is what later RLHF code does (trl's PPOv2 `disable_dropout`, OpenRLHF), since dropout makes
+    the update's log-probs differ from the rollout's ones (taken in eval mode) before any update."""
     forward_batch_size: int | None = None
     """Samples per no-grad forward pass when building experience; None means the whole batch at once."""
     mixed_precision: bool = True

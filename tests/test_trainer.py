@@ -156,6 +156,26 @@ def test_a_non_finite_gradient_is_dropped_not_stepped_on():
     assert all(torch.isfinite(p).all() for p in agent.lm.parameters())
 
 
+@pytest.mark.parametrize("disable", [False, True])
+def test_disable_dropout_makes_the_update_forward_match_the_rollout_one(disable):
+    """With ppo.disable_dropout the first PPO epoch starts at ratio 1 exactly; with dropout on (trl 0.7) it does not."""
+    from cory.agents import Agent
+    from cory.rollout import Rollout, forward_response
+
+    agent = Agent("llm1", tiny_lm(dropout=0.5), PPOConfig(disable_dropout=disable))
+    ids = torch.randint(2, 10, (4, 6))
+    rollout = Rollout(ids[:, :3], torch.ones(4, 3, dtype=torch.long), ids[:, 3:], torch.ones(4, 3, dtype=torch.long),
+                      ["q"] * 4, ["r"] * 4)
+    outputs = []
+    for mode in (False, True):
+        agent.train(mode)
+        torch.manual_seed(0)
+        outputs.append(forward_response(agent.lm, rollout, agent.value_head))
+    (eval_logits, eval_values), (train_logits, train_values) = outputs
+    assert torch.equal(eval_logits, train_logits) == disable
+    assert torch.equal(eval_values, train_values) == disable
+
+
 @pytest.mark.parametrize("n_agents", [1, 2])
 def test_training_raises_the_task_reward(n_agents):
     torch.manual_seed(0)
