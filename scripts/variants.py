@@ -1,0 +1,93 @@
+"""Short training runs of train-setting variants side by side, on the profile's real data and models.
+
+    python -m scripts.variants write --group imdb --iterations 80 --seeds 0 1 \
+        --run ppo=cory.n_agents=1 --run ppo_nodrop=cory.n_agents=1,ppo.disable_dropout=true > /tmp/variants.yaml
+    CORY_PARAMS=/tmp/variants.yaml python -m pipeline.train variants
+    python -m scripts.variants summary                   # outputs/<profile>/runs/variants/*/seed*/history.csv
+
+`write` prints a params file: the profile's params (params.yaml or $CORY_PARAMS) with one experiment group,
+`variants`, whose runs are the named group's task and train settings plus each --run's dotted KEY=VALUE overrides
+(comma-separated, values read as YAML, as in scripts/bench_rl.py --variant). `pipeline.train` then runs them like any
+group (all at once with runtime.workers), after the group's data and base-model stages have run.
+`summary` prints LLM1's metrics averaged over blocks of iterations, and each run's last logged samples.
+scripts/diagnostics.sh holds the diagnostics behind the default profile's report.deviations, made this way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from scripts.bench_rl import overrides
+
+GROUP = "variants"
+METRICS = ["task_reward", "kl", "entropy", "policy_clipfrac", "approx_kl", "value_loss", "response_length"]
+
+
+def write(group: str, iterations: int | None, seed_list: list[int] | None, runs: list[str]) -> dict:
+    from cory.config import ConfigError
+    from pipeline.common import load_params
+
+    params = load_params()
+    if group not in (params.get("experiments") or {}):
+        raise ConfigError(f"--group: no experiment group {group!r} in the params (have: {list(params['experiments'])})")
+    variant_group = copy.deepcopy(params["experiments"][group])
+    variant_group.pop("sweep_eta", None)
+    variant_group["save_models"] = False
+    variant_group["runs"] = {}
+    for spec in runs:
+        name, sep, settings = spec.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--run {spec!r}: expected NAME=KEY=VALUE[,KEY=VALUE...]")
+        variant_group["runs"][name] = {"train": overrides(settings)}
+    params["experiments"] = {GROUP: variant_group}
+    if iterations:
+        params["train"]["iterations"] = iterations
+    if seed_list:
+        params["seeds"] = seed_list
+    return params
+
+
+def summary(root: Path, block: int = 10) -> None:
+    for run in sorted(root.glob("*/seed*")):
+        rows = list(csv.DictReader(open(run / "history.csv")))
+        print(f"{run.parent.name}/{run.name}  (means over blocks of {block} iterations)")
+        print("  iters " + " ".join(m[:9].rjust(9) for m in METRICS))
+        for start in range(0, len(rows), block):
+            part = rows[start : start + block]
+            means = [sum(float(r[f"llm1/{m}"]) for r in part) / len(part) for m in METRICS]
+            print(f"  {start:3d}+  " + " ".join(f"{v:9.3f}" for v in means))
+        samples = [json.loads(line) for line in open(run / "samples.jsonl")]
+        for s in samples[-2:]:
+            print(f"  sample (iteration {s['iteration']}): {s['query']!r} -> {s['pioneer_response']!r}")
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("write", help="print a params file with the variant runs")
+    w.add_argument("--group", required=True, help="experiment group whose task and settings the variants start from")
+    w.add_argument("--iterations", type=int)
+    w.add_argument("--seeds", type=int, nargs="+")
+    w.add_argument("--run", action="append", required=True, help="NAME=KEY=VALUE[,KEY=VALUE...] (train settings)")
+    s = sub.add_parser("summary", help="print the variant runs' metrics")
+    s.add_argument("root", nargs="?", help="default: outputs/<profile>/runs/variants")
+    args = parser.parse_args(argv)
+    if args.command == "write":
+        yaml.safe_dump(write(args.group, args.iterations, args.seeds, args.run), sys.stdout, sort_keys=False)
+    else:
+        from pipeline.common import load_params, out_dir
+
+        summary(Path(args.root) if args.root else out_dir(load_params(), "runs", GROUP))
+
+
+if __name__ == "__main__":
+    from pipeline.common import run_stage
+
+    run_stage(lambda: main(sys.argv[1:]))
