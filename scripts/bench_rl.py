@@ -25,22 +25,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from scripts.common import dotted_overrides
+
 WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
-
-
-def overrides(variant: str) -> dict:
-    """'ppo.mixed_precision=false,ppo.forward_batch_size=64' -> the nested dict of train-block overrides."""
-    import yaml
-
-    tree: dict = {}
-    for item in filter(None, variant.split(",")):
-        key, _, value = item.partition("=")
-        node = tree
-        *parents, leaf = key.strip().split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
-    return tree
 
 
 def build(group: str, run: str, work: Path, variant: str = ""):
@@ -57,7 +44,7 @@ def build(group: str, run: str, work: Path, variant: str = ""):
 
     params = load_params()  # params.yaml, or $CORY_PARAMS
     exp, task = parse_experiment(params, group)
-    train = merge(params["train"], overrides(variant))
+    train = merge(params["train"], dotted_overrides(variant))
     job = next(j for j in expand_jobs(group, exp, task, train, [0], work) if j.run == run)
     tokenizer = load_tokenizer("offline-gpt2")
     shape = LMConfig(**params["base_models"][job.model]["lm"])

@@ -24,14 +24,14 @@ from pathlib import Path
 
 import yaml
 
-from scripts.bench_rl import overrides
+from cory.config import ConfigError
+from scripts.common import dotted_overrides
 
 GROUP = "variants"
 METRICS = ["task_reward", "kl", "entropy", "policy_clipfrac", "approx_kl", "value_loss", "response_length"]
 
 
 def write(group: str, iterations: int | None, seed_list: list[int] | None, runs: list[str]) -> dict:
-    from cory.config import ConfigError
     from pipeline.common import load_params
 
     params = load_params()
@@ -45,7 +45,7 @@ def write(group: str, iterations: int | None, seed_list: list[int] | None, runs:
         name, sep, settings = spec.partition("=")
         if not sep or not name:
             raise ConfigError(f"--run {spec!r}: expected NAME=KEY=VALUE[,KEY=VALUE...]")
-        variant_group["runs"][name] = {"train": overrides(settings)}
+        variant_group["runs"][name] = {"train": dotted_overrides(settings)}
     params["experiments"] = {GROUP: variant_group}
     if iterations:
         params["train"]["iterations"] = iterations

@@ -1,0 +1,21 @@
+"""Helpers shared by the scripts (kept out of cory/ and pipeline/, which are DVC dependencies of the stages)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+
+def dotted_overrides(spec: str) -> dict[str, Any]:
+    """'ppo.mixed_precision=false,ppo.forward_batch_size=64' -> {'ppo': {'mixed_precision': False, ...}}: comma-separated
+    dotted KEY=VALUE settings (values read as YAML) as the nested dict that cory.config.merge takes."""
+    tree: dict[str, Any] = {}
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition("=")
+        node = tree
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return tree
