@@ -95,7 +95,16 @@ class PPOConfig:
     learning_rate: float = 1.41e-5
     """Adam learning rate (constant, no schedule)."""
     batch_size: int = 256
-    """Queries per iteration (rollout batch)."""
+    """Responses (episodes) per iteration: the rollout batch the PPO epochs run over. With samples_per_query k,
+    batch_size / k distinct queries are drawn per iteration."""
+    samples_per_query: int = 1
+    """k: responses sampled for each query in one batch (1, the paper's, samples one). k > 1 puts k attempts at
+    the same query side by side, which is what `group_baseline` needs."""
+    group_baseline: bool = False
+    """Subtract from each training score the mean score of the other k - 1 responses to the same query (the
+    leave-one-out baseline of RLOO, Ahmadian et al. 2024) before score scaling. Under a 0/1 reward most of the
+    score's variance is between queries (a problem is mostly solved or mostly failed); this removes it, so what is
+    left says which attempt was better. PPO is otherwise unchanged (value head, GAE, clipping, KL)."""
     mini_batch_size: int = 256
     """Samples per forward/backward pass in the PPO update."""
     gradient_accumulation_steps: int = 1
@@ -149,7 +158,8 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         path = section_path("ppo")
-        for name in ("learning_rate", "batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
+        for name in ("learning_rate", "batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs",
+                     "samples_per_query"):
             check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
         check(0.0 <= self.gamma <= 1.0, f"{path}.gamma", f"must be in [0, 1], got {self.gamma}")
         check(0.0 <= self.lam <= 1.0, f"{path}.lam", f"must be in [0, 1], got {self.lam}")
@@ -178,6 +188,22 @@ class PPOConfig:
             f"mini_batch_size x gradient_accumulation_steps = {self.backward_batch_size} must divide "
             f"batch_size = {self.batch_size}",
         )
+
+        check(
+            self.batch_size % self.samples_per_query == 0,
+            f"{path}.samples_per_query",
+            f"must divide batch_size = {self.batch_size}, got {self.samples_per_query}",
+        )
+        check(
+            not self.group_baseline or self.samples_per_query >= 2,
+            f"{path}.group_baseline",
+            "needs samples_per_query >= 2 (a query's other responses are its baseline)",
+        )
+
+    @property
+    def queries_per_batch(self) -> int:
+        """Distinct queries per iteration."""
+        return self.batch_size // self.samples_per_query
 
     @property
     def backward_batch_size(self) -> int:

@@ -212,7 +212,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
     fixed = job.task.table_queries or queries[:n_fixed]
     fixed_answers = None if job.task.table_queries or answers is None else answers[:n_fixed]
     samples = trainer.generate_alone(fixed, fixed_answers, iteration=-1)
-    for it, idx in enumerate(batches(len(queries), job.train.ppo.batch_size, job.train.iterations, job.seed)):
+    for it, idx in enumerate(batches(len(queries), job.train.ppo.queries_per_batch, job.train.iterations, job.seed)):
         batch_answers = [answers[i] for i in idx] if answers is not None else None
         metrics = trainer.step([queries[i] for i in idx], batch_answers)
         writer.log(it, metrics)

@@ -21,7 +21,7 @@ class Experience:
     """An agent's buffer for one iteration: (s~_0, a, r) of Algorithm 1, lines 15-16, with what PPO derives."""
 
     rollout: Rollout
-    scores: torch.Tensor  # (B,) training scores after scaling/clipping
+    scores: torch.Tensor  # (B,) training scores after the group baseline, scaling and clipping
     logprobs: torch.Tensor  # (B, T) log pi_old(a_t)
     values: torch.Tensor  # (B, T) V_old(s_t)
     kl: torch.Tensor  # (B, T) exact per-token KL(pi_old || pi_ref), always
@@ -62,8 +62,11 @@ def make_experience(agent: Agent, ref_lm, rollout: Rollout, scores: torch.Tensor
         )
     logprobs, ref_logprobs, values, kl, entropy = (torch.cat(x) for x in zip(*parts))
 
+    scores = scores.to(device).float()
+    if cfg.group_baseline:
+        scores = ppo.leave_one_out_baseline(scores, cfg.samples_per_query)
     scores = ppo.scale_scores(
-        scores.to(device).float(),
+        scores,
         agent.score_moments,
         cfg.use_score_scaling,
         cfg.use_score_norm,

@@ -216,6 +216,19 @@ class RunningMoments:
         self.count = total
 
 
+def leave_one_out_baseline(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Each score minus the mean of the other `group_size - 1` scores of its group (RLOO, Ahmadian et al. 2024).
+
+    scores (B,) hold B / group_size groups of consecutive rows (the k responses to one query) -> (B,). The result
+    sums to 0 within each group; k * s_i - sum_j s_j over (k - 1) is the same quantity.
+    """
+    if group_size < 2 or scores.shape[0] % group_size:
+        raise ValueError(f"need groups of >= 2 that divide the batch, got {scores.shape[0]} scores in groups of {group_size}")
+    groups = scores.view(-1, group_size)
+    others = (groups.sum(1, keepdim=True) - groups) / (group_size - 1)
+    return (groups - others).view(-1)
+
+
 def scale_scores(
     scores: torch.Tensor, moments: RunningMoments, use_scaling: bool, use_norm: bool, clip: float | None
 ) -> torch.Tensor:

@@ -51,8 +51,12 @@ class Trainer:
         return self.roles.agents
 
     def step(self, queries: Sequence[str], answers: Sequence[str] | None = None) -> dict[str, float]:
-        """One iteration of Algorithm 1 on a batch of task queries; returns the metrics (see cory.metrics)."""
+        """One iteration of Algorithm 1 on a batch of distinct task queries (ppo.queries_per_batch of them); returns
+        the metrics (see cory.metrics). Each query is answered ppo.samples_per_query times, in consecutive rows."""
         cfg, timer = self.cfg, _Timer(self.agents[0].device)
+        k = cfg.ppo.samples_per_query
+        queries = [q for q in queries for _ in range(k)]
+        answers = None if answers is None else [a for a in answers for _ in range(k)]
         pioneer, observer = self.roles.pioneer, self.roles.observer
         lo, hi = cfg.ppo.generation.response_length
         max_new_tokens = int(self.length_rng.integers(lo, hi + 1))
@@ -158,9 +162,9 @@ class Trainer:
         }
 
     def _samples(self, queries, rollouts: dict[str, Rollout], scores: dict[str, torch.Tensor]) -> list[dict]:
-        n = min(self.cfg.samples_to_log, len(queries))
         rows = []
-        for i in range(n):
+        k = self.cfg.ppo.samples_per_query  # one attempt per query: the first of each group
+        for i in list(range(0, len(queries), k))[: self.cfg.samples_to_log]:
             row = {"iteration": self.iteration, "query": queries[i]}
             for role, rollout in rollouts.items():
                 agent = self.roles.pioneer if role == "pioneer" else self.roles.observer

@@ -56,7 +56,7 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     else:
         reward = build_reward("math")
     rng = np.random.default_rng(0)
-    prompts = [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 8)))) for _ in range(job.train.ppo.batch_size)]
+    prompts = [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 8)))) for _ in range(job.train.ppo.queries_per_batch)]
     return job.train, lm, tokenizer, reward, prompts
 
 

@@ -6,6 +6,9 @@
 #   bash scripts/diagnostics.sh imdb-kl        # k1 KL-in-reward with and without dropout, and at a fixed eta 0.1
 #   bash scripts/diagnostics.sh math-drift     # why math PPO lowers the pass rate: lr, KL, score scaling, epochs
 #   bash scripts/diagnostics.sh math-value     # ... value-loss gradient into the shared body? batch size?
+#   bash scripts/diagnostics.sh math-group     # k attempts per query with a per-query (leave-one-out) baseline,
+#                                              # GAE lambda, learning rate, batch; PPO and CORY, 100 iterations
+#   bash scripts/diagnostics.sh math-lora      # LoRA r=16 (the paper's 7B setting) vs full fine-tuning; held-out pass@k
 # Each runs its stages' prerequisites, then 2 seeds of each variant at once (scripts/variants.py), and prints LLM1's
 # metrics per block of 10 iterations (also written to $OUT/<name>.txt when $OUT is set, as on the lent GPU machine).
 set -euo pipefail
@@ -13,6 +16,11 @@ export PYTHONUNBUFFERED=1
 name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value}
 P=cory.n_agents=1 C=cory.n_agents=2   # single-agent PPO / CORY
 full=ppo.kl_penalty=full nodrop=ppo.disable_dropout=true drop=ppo.disable_dropout=false
+seeds="0 1"
+# batch 128 (256) responses in mini-batches of 32 accumulated to one optimizer step per epoch, to bound memory
+B128=ppo.batch_size=128,ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=64
+B256=ppo.batch_size=256,ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=8,ppo.forward_batch_size=64
+K8=ppo.samples_per_query=8,ppo.group_baseline=true
 case "$name" in
   imdb-dropout) group=imdb iterations=80 runs=(
       "ppo=$P,$full,$drop" "ppo_nodrop=$P,$full,$nodrop" "ppo_fp32=$P,$full,$drop,ppo.mixed_precision=false"
@@ -28,6 +36,24 @@ case "$name" in
   math-value) group=math iterations=50 runs=(
       "ppo=$P" "ppo_vf0.01=$P,ppo.vf_coef=0.01" "ppo_vf0=$P,ppo.vf_coef=0.0"
       "ppo_b128=$P,ppo.batch_size=128,ppo.mini_batch_size=128") ;;
+  math-group) group=math iterations=100 seeds=0 runs=(
+      "ppo=$P" "ppo_k8=$P,$B128,$K8" "ppo_k8_lam1=$P,$B128,$K8,ppo.lam=1.0"
+      "ppo_k8_nobaseline_lam1=$P,$B128,ppo.samples_per_query=8,ppo.lam=1.0"
+      "ppo_k8_lam1_lr3e-5=$P,$B128,$K8,ppo.lam=1.0,ppo.learning_rate=3.0e-5"
+      "ppo_k8_lam1_lr1e-4=$P,$B128,$K8,ppo.lam=1.0,ppo.learning_rate=1.0e-4"
+      "ppo_k4_b64_lam1=$P,ppo.batch_size=64,ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=2,ppo.samples_per_query=4,ppo.group_baseline=true,ppo.lam=1.0"
+      "ppo_k8_b256_lam1=$P,$B256,$K8,ppo.lam=1.0"
+      "cory=$C" "cory_k8=$C,$B128,$K8" "cory_k8_lam1=$C,$B128,$K8,ppo.lam=1.0"
+      "cory_k8_lam1_lr3e-5=$C,$B128,$K8,ppo.lam=1.0,ppo.learning_rate=3.0e-5") ;;
+  math-lora) group=math iterations=100 seeds=0 evaluate=1 B128=${B128/forward_batch_size=64/forward_batch_size=32}
+    L=lora_rank=16,lora_alpha=16
+    runs=(
+      "ppo=$P" "ppo_k8=$P,$B128,$K8" "ppo_lora_lr1e-4=$P,$L,ppo.learning_rate=1.0e-4"
+      "ppo_lora_k8_lr1e-4=$P,$L,$B128,$K8,ppo.learning_rate=1.0e-4"
+      "ppo_lora_k8_lr3e-4=$P,$L,$B128,$K8,ppo.learning_rate=3.0e-4"
+      "ppo_lora_k8_lr1e-4_lam1=$P,$L,$B128,$K8,ppo.learning_rate=1.0e-4,ppo.lam=1.0"
+      "cory_lora_lr1e-4=$C,$L,ppo.learning_rate=1.0e-4"
+      "cory_lora_k8_lr1e-4=$C,$L,$B128,$K8,ppo.learning_rate=1.0e-4") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac
 if [ "$group" = imdb ]; then
@@ -36,8 +62,19 @@ else
   python3 -m pipeline.prepare_math && python3 -m pipeline.base_models math
 fi
 params=$(mktemp --suffix .yaml)
-python3 -m scripts.variants write --group "$group" --iterations "$iterations" --seeds 0 1 \
+python3 -m scripts.variants write --group "$group" --iterations "${ITERATIONS:-$iterations}" --seeds $seeds ${evaluate:+--evaluate} \
   $(printf -- "--run %s " "${runs[@]}") > "$params"
 rm -rf "outputs/$(python3 -c "import yaml; print(yaml.safe_load(open('$params'))['profile'])")/runs/variants"
-CORY_PARAMS="$params" python3 -m pipeline.train variants
+# ${LIMIT}: stop the runs after this many seconds and summarise what they logged (on a lent machine's time limit)
+CORY_PARAMS="$params" timeout "${LIMIT:-0}" python3 -m pipeline.train variants || echo "pipeline.train exited $?"
 CORY_PARAMS="$params" python3 -m scripts.variants summary | tee ${OUT:+"$OUT/$name.txt"}
+if [ -n "${evaluate:-}" ]; then  # held-out pass@k of each run's LLM1 beside the base model's (the evaluate stage's protocol)
+  python3 - "$params" <<'EOF'  # leave out runs that $LIMIT stopped before they saved their weights
+import sys, pathlib, yaml
+params = yaml.safe_load(open(sys.argv[1]))
+root, seed, models = pathlib.Path("outputs", params["profile"]), params["seeds"][0], params["evaluation"]["models"]
+params["evaluation"]["models"] = {k: v for k, v in models.items() if (root / v.format(seed=seed) / "config.json").is_file()}
+yaml.safe_dump(params, open(sys.argv[1], "w"), sort_keys=False)
+EOF
+  CORY_PARAMS="$params" python3 -m pipeline.evaluate 2>&1 | grep "^evaluate:" | tee -a ${OUT:+"$OUT/$name.txt"}
+fi

@@ -5,6 +5,9 @@
     CORY_PARAMS=/tmp/variants.yaml python -m pipeline.train variants
     python -m scripts.variants summary                   # outputs/<profile>/runs/variants/*/seed*/history.csv
 
+With `write --evaluate` the runs keep LLM1's weights and `evaluation.models` names them, so
+`CORY_PARAMS=/tmp/variants.yaml python -m pipeline.evaluate` gives each run's held-out pass@k beside the base model's.
+
 `write` prints a params file: the profile's params (params.yaml or $CORY_PARAMS) with one experiment group,
 `variants`, whose runs are the named group's task and train settings plus each --run's dotted KEY=VALUE overrides
 (comma-separated, values read as YAML, as in scripts/bench_rl.py --variant). `pipeline.train` then runs them like any
@@ -31,7 +34,8 @@ GROUP = "variants"
 METRICS = ["task_reward", "kl", "entropy", "policy_clipfrac", "approx_kl", "value_loss", "response_length"]
 
 
-def write(group: str, iterations: int | None, seed_list: list[int] | None, runs: list[str]) -> dict:
+def write(group: str, iterations: int | None, seed_list: list[int] | None, runs: list[str],
+          evaluate: bool = False) -> dict:
     from pipeline.common import load_params
 
     params = load_params()
@@ -47,6 +51,11 @@ def write(group: str, iterations: int | None, seed_list: list[int] | None, runs:
             raise ConfigError(f"--run {spec!r}: expected NAME=KEY=VALUE[,KEY=VALUE...]")
         variant_group["runs"][name] = {"train": dotted_overrides(settings)}
     params["experiments"] = {GROUP: variant_group}
+    if evaluate:  # keep LLM1 of every run and let the evaluate stage score it next to the base model
+        variant_group["save_models"] = True
+        base = params["tasks"][variant_group["task"]]["model"]
+        params["evaluation"]["models"] = {"base": f"models/{base}", **{
+            name: f"checkpoints/{GROUP}/{name}/seed{{seed}}/llm1" for name in variant_group["runs"]}}
     if iterations:
         params["train"]["iterations"] = iterations
     if seed_list:
@@ -63,7 +72,8 @@ def summary(root: Path, block: int = 10) -> None:
             part = rows[start : start + block]
             means = [sum(float(r[f"llm1/{m}"]) for r in part) / len(part) for m in METRICS]
             print(f"  {start:3d}+  " + " ".join(f"{v:9.3f}" for v in means))
-        samples = [json.loads(line) for line in open(run / "samples.jsonl")]
+        samples_file = run / "samples.jsonl"  # written when a run ends
+        samples = [json.loads(line) for line in open(samples_file)] if samples_file.is_file() else []
         for s in samples[-2:]:
             print(f"  sample (iteration {s['iteration']}): {s['query']!r} -> {s['pioneer_response']!r}")
 
@@ -76,11 +86,14 @@ def main(argv: list[str]) -> None:
     w.add_argument("--iterations", type=int)
     w.add_argument("--seeds", type=int, nargs="+")
     w.add_argument("--run", action="append", required=True, help="NAME=KEY=VALUE[,KEY=VALUE...] (train settings)")
+    w.add_argument("--evaluate", action="store_true",
+                   help="save each run's LLM1 and point `evaluation.models` at them (then: python -m pipeline.evaluate)")
     s = sub.add_parser("summary", help="print the variant runs' metrics")
     s.add_argument("root", nargs="?", help="default: outputs/<profile>/runs/variants")
     args = parser.parse_args(argv)
     if args.command == "write":
-        yaml.safe_dump(write(args.group, args.iterations, args.seeds, args.run), sys.stdout, sort_keys=False)
+        yaml.safe_dump(write(args.group, args.iterations, args.seeds, args.run, args.evaluate), sys.stdout,
+                       sort_keys=False)
     else:
         from pipeline.common import load_params, out_dir
 

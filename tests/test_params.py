@@ -49,6 +49,9 @@ def test_unknown_profile_names_the_known_ones():
         (lambda p: p.update(stages={}), r"stages: unknown top-level setting"),
         (lambda p: p["data"]["imdb"].update(query_tokens=[8, 2]), r"data\.imdb\.query_tokens"),
         (lambda p: p["runtime"].update(workers="4"), r"runtime\.workers: must be an integer"),
+        (lambda p: p["train"]["ppo"].update(samples_per_query=3), r"train\.ppo\.samples_per_query: must divide batch_size"),
+        (lambda p: p["train"]["ppo"].update(samples_per_query=1, group_baseline=True),
+         r"train\.ppo\.group_baseline: needs samples_per_query >= 2"),
     ],
 )
 def test_bad_settings_raise_one_error_naming_them(default, edit, message):

@@ -152,3 +152,17 @@ def test_score_scaling_and_clipping():
     assert torch.allclose(normed, (scores - 2.5) / std, atol=1e-5)
     clipped = ppo.scale_scores(scores, ppo.RunningMoments(), False, False, 2.5)
     assert clipped.tolist() == [1.0, 2.0, 2.5, 2.5]
+
+
+def test_leave_one_out_baseline_by_hand():
+    # two groups of three attempts: [1, 0, 0] and [1, 1, 1]
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    out = ppo.leave_one_out_baseline(scores, 3)
+    assert out.tolist() == pytest.approx([1.0, -0.5, -0.5, 0.0, 0.0, 0.0])
+    # the same quantity as k / (k - 1) * (s - group mean)
+    groups = scores.view(2, 3)
+    assert out.tolist() == pytest.approx((1.5 * (groups - groups.mean(1, keepdim=True))).flatten().tolist())
+    with pytest.raises(ValueError):
+        ppo.leave_one_out_baseline(scores, 4)
+    with pytest.raises(ValueError):
+        ppo.leave_one_out_baseline(scores, 1)

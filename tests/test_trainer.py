@@ -1,8 +1,11 @@
 """The trainer: roles, knowledge transfer, collective reward, role exchange and learning on a toy task."""
 
+import math
+
 import pytest
 import torch
 
+from cory import ppo
 from cory.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
 from cory.learner import make_experience, ppo_update
 from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
@@ -210,3 +213,37 @@ def test_generate_alone_continues_fixed_queries_with_llm1_and_scores_them():
     assert [r["query"] for r in rows] == ["the movie", "a plot"]
     assert all(r["iteration"] == -1 and r["pioneer_agent"] == "llm1" for r in rows)
     assert [r["pioneer_score"] for r in rows] == good_word_reward(None, [r["pioneer_response"] for r in rows]).tolist()
+
+
+def test_samples_per_query_answers_each_query_k_times_side_by_side():
+    torch.manual_seed(0)
+    cfg = config(n_agents=2)
+    cfg.ppo = PPOConfig(**{**cfg.ppo.__dict__, "samples_per_query": 4, "group_baseline": True})
+    seen = []
+
+    def reward(queries, responses, answers=None):
+        seen.append(list(queries))
+        return good_word_reward(queries, responses)
+
+    trainer = Trainer(cfg, tiny_lm(), tiny_tokenizer(), reward)
+    m = trainer.step(QUERIES[: cfg.ppo.queries_per_batch])
+    assert seen[0] == [q for q in QUERIES[:4] for _ in range(4)]  # both roles scored on the 16 repeated queries
+    assert seen[1] == seen[0]
+    assert [row["query"] for row in trainer.last_samples] == QUERIES[:4]  # one logged attempt per query
+    assert all(math.isfinite(v) for v in m.values())
+
+
+def test_group_baseline_centres_each_querys_training_scores():
+    from cory.rollout import generate
+
+    torch.manual_seed(0)
+    cfg = config(n_agents=1)
+    cfg.ppo = PPOConfig(**{**cfg.ppo.__dict__, "samples_per_query": 4, "group_baseline": True,
+                           "use_score_scaling": False})
+    trainer = Trainer(cfg, tiny_lm(), tiny_tokenizer(), good_word_reward)
+    agent = trainer.agents[0]
+    rollout = generate(agent.lm, trainer.tokenizer, [q for q in QUERIES[:4] for _ in range(4)], agent.cfg.generation, 4)
+    raw = good_word_reward(None, rollout.responses)
+    exp = make_experience(agent, trainer.ref_lm, rollout, raw)
+    assert exp.scores.view(4, 4).sum(1).tolist() == pytest.approx([0.0] * 4, abs=1e-6)
+    assert exp.scores.tolist() == pytest.approx(ppo.leave_one_out_baseline(raw, 4).tolist())
