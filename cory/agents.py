@@ -63,6 +63,9 @@ class Agent:
             disable_dropout(lm)
             value_dropout = 0.0
         self.value_head = ValueHead(hidden_size(lm), value_dropout).to(device)
+        if cfg.zero_init_value_head:
+            nn.init.zeros_(self.value_head.summary.weight)
+            nn.init.zeros_(self.value_head.summary.bias)
         self.reset_training_state()
 
     def reset_training_state(self) -> None:

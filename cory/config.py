@@ -147,6 +147,10 @@ class PPOConfig:
     """Set every dropout of the policy and its value head to 0. False trains with dropout on, as trl 0.7 and the
     paper's code; true is what later RLHF code does (trl's PPOv2 `disable_dropout`, OpenRLHF), since dropout makes
     the update's log-probs differ from the rollout's ones (taken in eval mode) before any update."""
+    zero_init_value_head: bool = False
+    """Start the value head at V = 0 (weights and bias 0) instead of nn.Linear's random init (trl's). With lam 1 the
+    first advantages are then exactly the (baselined) scores, not scores minus a random per-token value, and no
+    value-loss gradient reaches the shared body until the head has learned something."""
     forward_batch_size: int | None = None
     """Samples per no-grad forward pass when building experience; None means the whole batch at once."""
     mixed_precision: bool = True

@@ -9,6 +9,7 @@
 #   bash scripts/diagnostics.sh math-group     # k attempts per query with a per-query (leave-one-out) baseline,
 #                                              # GAE lambda, learning rate, batch; PPO and CORY, 100 iterations
 #   bash scripts/diagnostics.sh math-lora      # LoRA r=16 (the paper's 7B setting) vs full fine-tuning; held-out pass@k
+#   bash scripts/diagnostics.sh math-scale     # 32 queries x 8 attempts, lam 1, V starting at 0; LoRA lr / full; 2 seeds
 # Each runs its stages' prerequisites, then 2 seeds of each variant at once (scripts/variants.py), and prints LLM1's
 # metrics per block of 10 iterations (also written to $OUT/<name>.txt when $OUT is set, as on the lent GPU machine).
 set -euo pipefail
@@ -54,6 +55,14 @@ case "$name" in
       "ppo_lora_k8_lr1e-4_lam1=$P,$L,$B128,$K8,ppo.learning_rate=1.0e-4,ppo.lam=1.0"
       "cory_lora_lr1e-4=$C,$L,ppo.learning_rate=1.0e-4"
       "cory_lora_k8_lr1e-4=$C,$L,$B128,$K8,ppo.learning_rate=1.0e-4") ;;
+  math-scale) group=math iterations=100 seeds="0 1" evaluate=1
+    L=lora_rank=16,lora_alpha=16 Z=ppo.zero_init_value_head=true,ppo.lam=1.0
+    B256=ppo.batch_size=256,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=64
+    runs=(
+      "ppo_lora_lr3e-4=$P,$L,$B256,$K8,$Z,ppo.learning_rate=3.0e-4"
+      "ppo_lora_lr1e-3=$P,$L,$B256,$K8,$Z,ppo.learning_rate=1.0e-3"
+      "ppo_full_lr1e-5=$P,$B256,$K8,$Z,ppo.learning_rate=1.0e-5"
+      "cory_lora_lr3e-4=$C,$L,$B256,$K8,$Z,ppo.learning_rate=3.0e-4") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac
 if [ "$group" = imdb ]; then

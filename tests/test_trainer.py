@@ -247,3 +247,19 @@ def test_group_baseline_centres_each_querys_training_scores():
     exp = make_experience(agent, trainer.ref_lm, rollout, raw)
     assert exp.scores.view(4, 4).sum(1).tolist() == pytest.approx([0.0] * 4, abs=1e-6)
     assert exp.scores.tolist() == pytest.approx(ppo.leave_one_out_baseline(raw, 4).tolist())
+
+
+def test_zero_init_value_head_starts_at_v_zero_and_leaves_advantages_to_the_scores():
+    from cory.rollout import generate
+
+    torch.manual_seed(0)
+    cfg = config(n_agents=1)
+    cfg.ppo = PPOConfig(**{**cfg.ppo.__dict__, "zero_init_value_head": True, "lam": 1.0, "init_kl_coef": 0.0,
+                           "use_score_scaling": False})
+    trainer = Trainer(cfg, tiny_lm(), tiny_tokenizer(), good_word_reward)
+    agent = trainer.agents[0]
+    rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
+    exp = make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses))
+    assert torch.count_nonzero(exp.values) == 0
+    # gamma = lam = 1, no KL, V = 0: every token's return is its response's score
+    assert torch.allclose(exp.returns, exp.scores[:, None] * exp.mask)
