@@ -147,6 +147,13 @@ class PPOConfig:
     """Set every dropout of the policy and its value head to 0. False trains with dropout on, as trl 0.7 and the
     paper's code; true is what later RLHF code does (trl's PPOv2 `disable_dropout`, OpenRLHF), since dropout makes
     the update's log-probs differ from the rollout's ones (taken in eval mode) before any update."""
+    on_nonfinite: Literal["error", "skip"] = "error"
+    """What a NaN or inf does. "error": a non-finite task score, loss, gradient or PPO statistic stops the run with
+    an error naming the iteration, the agent and the source (one NaN score would otherwise poison the running score
+    moments and silently turn every later update into a skipped no-op). "skip": samples whose task score is not
+    finite are left out of the update (their whole query group with group_baseline) and counted in
+    `dropped_samples`; a mini-batch with a non-finite loss is skipped and one with a non-finite gradient is not
+    stepped on (both counted); non-finite log-probs or values still stop the run (the weights are broken)."""
     zero_init_value_head: bool = False
     """Start the value head at V = 0 (weights and bias 0) instead of nn.Linear's random init (trl's). With lam 1 the
     first advantages are then exactly the (baselined) scores, not scores minus a random per-token value, and no

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -36,12 +36,34 @@ class Experience:
         return self.rollout.response_mask
 
 
+class NonFiniteError(FloatingPointError):
+    """A NaN or inf in a score, a loss, a gradient or a PPO statistic (ppo.on_nonfinite: error); the message names
+    the source, and the trainer adds the iteration and the agent."""
+
+
+def keep_finite(scores: torch.Tensor, group_size: int = 1) -> torch.Tensor:
+    """(B,) scores -> (B,) bool: the samples to keep, i.e. those with a finite score and (groups of `group_size`
+    consecutive rows, the attempts at one query) whose whole group is finite, since a group is its own baseline."""
+    finite = torch.isfinite(scores)
+    return finite.view(-1, group_size).all(1).repeat_interleave(group_size) if group_size > 1 else finite
+
+
 @torch.no_grad()
-def make_experience(agent: Agent, ref_lm, rollout: Rollout, scores: torch.Tensor) -> Experience:
-    """Forward passes (policy in eval mode, and the reference), KL, shaped rewards and advantages."""
+def make_experience(
+    agent: Agent, ref_lm, rollout: Rollout, scores: torch.Tensor, keep: torch.Tensor | None = None
+) -> Experience:
+    """Forward passes (policy in eval mode, and the reference), KL, shaped rewards and advantages.
+
+    `keep` (B,) bool leaves samples out of the update (ppo.on_nonfinite: skip): their response mask is zeroed, so no
+    loss, statistic or score moment sees them."""
     cfg = agent.cfg
     device = agent.device
     rollout = _to(rollout, device)
+    scores = scores.to(device).float()
+    if keep is not None:
+        keep = keep.to(device)
+        rollout = replace(rollout, response_mask=rollout.response_mask * keep[:, None])
+        scores = torch.where(keep, scores, 0.0)
     mask = rollout.response_mask.float()
     agent.train(False)  # TRL's batched_forward_pass runs in eval mode: no dropout in the old log-probs
     chunk = cfg.forward_batch_size or len(rollout.prompts)
@@ -62,7 +84,6 @@ def make_experience(agent: Agent, ref_lm, rollout: Rollout, scores: torch.Tensor
         )
     logprobs, ref_logprobs, values, kl, entropy = (torch.cat(x) for x in zip(*parts))
 
-    scores = scores.to(device).float()
     if cfg.group_baseline:
         scores = ppo.leave_one_out_baseline(scores, cfg.samples_per_query)
     scores = ppo.scale_scores(
@@ -71,6 +92,7 @@ def make_experience(agent: Agent, ref_lm, rollout: Rollout, scores: torch.Tensor
         cfg.use_score_scaling,
         cfg.use_score_norm,
         cfg.score_clip,
+        valid=keep,
     )
     kl_penalty = ppo.kl_estimate(cfg.kl_penalty, logprobs, ref_logprobs, exact=kl) * mask
     rewards, _ = ppo.shape_rewards(scores, kl_penalty, mask, agent.kl_ctl.value)
@@ -78,6 +100,8 @@ def make_experience(agent: Agent, ref_lm, rollout: Rollout, scores: torch.Tensor
         rewards = ppo.masked_whiten(rewards, mask, shift_mean=False) * mask
     advantages, returns = ppo.gae(rewards, values, mask, cfg.gamma, cfg.lam)
     advantages = ppo.masked_whiten(advantages, mask) * mask
+    _check_finite(mask, scores=scores, logprobs=logprobs, reference_logprobs=ref_logprobs, values=values, kl=kl,
+                  advantages=advantages, returns=returns)
     return Experience(rollout, scores, logprobs, values * mask, kl * mask, kl_penalty, entropy * mask, rewards,
                       advantages, returns)
 
@@ -90,13 +114,16 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     agent.train(True)  # TRL trains with dropout on
     skipped = skipped_steps = 0
     stats_acc = []
-    for _ in range(cfg.ppo_epochs):
+    for epoch in range(cfg.ppo_epochs):
         order = torch.randperm(B, generator=generator).to(device)
         for start in range(0, B, cfg.backward_batch_size):
             backward_idx = order[start : start + cfg.backward_batch_size]
             for mb_start in range(0, len(backward_idx), cfg.mini_batch_size):
                 idx = backward_idx[mb_start : mb_start + cfg.mini_batch_size]
                 loss, stats, ratio, finite = _minibatch_loss(agent, exp, idx)
+                if not finite and cfg.on_nonfinite == "error":
+                    raise NonFiniteError(f"non-finite PPO loss (policy {stats['policy_loss'].item()}, value "
+                                         f"{stats['value_loss'].item()}) in epoch {epoch}, mini-batch starting at {mb_start + start}")
                 stats_acc.append(stats)
                 # TRL skips a runaway mini-batch (mean ratio above the threshold) rather than stepping on it; a
                 # non-finite loss is skipped too. Skipping means no backward at all: TRL's `loss * 0.0` would turn
@@ -110,6 +137,9 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
             norm = torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm or float("inf"))
             if torch.isfinite(norm).item():
                 agent.optimizer.step()
+            elif cfg.on_nonfinite == "error":
+                raise NonFiniteError(f"non-finite gradient (norm {norm.item()}) in epoch {epoch}, optimizer step at "
+                                     f"sample {start}")
             else:
                 skipped_steps += 1
             agent.optimizer.zero_grad(set_to_none=True)
@@ -124,6 +154,16 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
         "skipped_steps": float(skipped_steps),
         "kl_coef": agent.kl_ctl.value,
     }
+
+
+def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
+    """Raise NonFiniteError naming every tensor with a NaN or inf on a kept sample (one device->host sync).
+    (B, T) tensors are checked where `mask` is 1, (B,) ones on the rows that have any response token."""
+    kept_rows = mask.sum(1) > 0
+    checks = [torch.isfinite(x[mask.bool()] if x.dim() == 2 else x[kept_rows]).all() for x in tensors.values()]
+    bad = [name for name, ok in zip(tensors, torch.stack(checks).tolist()) if not ok]
+    if bad:
+        raise NonFiniteError(f"non-finite {', '.join(bad)} in the experience (forward passes, scores, GAE)")
 
 
 def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor):

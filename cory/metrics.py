@@ -46,7 +46,10 @@ AGENT_METRICS = {
     "distinct_2": "distinct bigrams / total bigrams over the batch's responses (whitespace tokens)",
     "skipped_minibatches": "mini-batches left out of the update (no backward): mean ratio above ppo.ratio_threshold, "
     "or a non-finite loss",
-    "skipped_steps": "optimizer steps not taken because the gradient was not finite (the gradient is dropped)",
+    "skipped_steps": "optimizer steps not taken because the gradient was not finite (the gradient is dropped; "
+    "ppo.on_nonfinite: skip, else the run stops)",
+    "dropped_samples": "samples left out of this iteration's update because a task score was not finite (their "
+    "whole query group with ppo.group_baseline; ppo.on_nonfinite: skip, else the run stops)",
 }
 IDENTITY_ONLY_METRICS = {
     "role": "role played this iteration: 0 = pioneer, 1 = observer",

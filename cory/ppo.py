@@ -230,15 +230,16 @@ def leave_one_out_baseline(scores: torch.Tensor, group_size: int) -> torch.Tenso
 
 
 def scale_scores(
-    scores: torch.Tensor, moments: RunningMoments, use_scaling: bool, use_norm: bool, clip: float | None
+    scores: torch.Tensor, moments: RunningMoments, use_scaling: bool, use_norm: bool, clip: float | None,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Score scaling/normalisation by running moments, then optional clipping (trl 0.7 `step`, L774).
 
-    With scaling, the moments are first updated with this batch, then s / (std + eps), or (s - mean) / (std + eps)
-    with `use_norm`. (B,) -> (B,).
+    With scaling, the moments are first updated with this batch (only its `valid` rows, a (B,) bool mask, if given),
+    then s / (std + eps), or (s - mean) / (std + eps) with `use_norm`. (B,) -> (B,).
     """
     if use_scaling:
-        moments.update(scores)
+        moments.update(scores if valid is None else scores[valid])
         eps = torch.finfo(scores.dtype).eps
         centred = scores - moments.mean if use_norm else scores
         scores = centred / (moments.std + eps)

@@ -18,7 +18,7 @@ import torch
 from cory import ppo
 from cory.agents import Agent, frozen_reference, with_lora
 from cory.config import TrainConfig
-from cory.learner import Experience, make_experience, ppo_update
+from cory.learner import Experience, NonFiniteError, keep_finite, make_experience, ppo_update
 from cory.metrics import distinct_n
 from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
 from cory.rollout import Rollout, configure_gpu_for_rl, generate
@@ -77,6 +77,8 @@ class Trainer:
         with timer("scoring"):
             # Each response is scored as an answer to the raw query (Alg. 1 lines 12-13).
             task_scores = {role: self.reward_fn(queries, r.responses, answers).float() for role, r in rollouts.items()}
+            keep = self._finite_samples(queries, rollouts, task_scores)
+            task_scores = {role: torch.where(keep, s, 0.0) for role, s in task_scores.items()}  # (B,), 0 if dropped
             if observer is None:
                 training_scores = dict(task_scores)
             else:
@@ -94,9 +96,14 @@ class Trainer:
                 if agent is None:
                     continue
                 beta = agent.kl_ctl.value
-                exp = make_experience(agent, self.ref_lm, rollouts[role], training_scores[role])
-                stats = ppo_update(agent, exp)
-                role_stats = self._role_metrics(exp, stats, task_scores[role], training_scores[role], beta)
+                try:
+                    exp = make_experience(agent, self.ref_lm, rollouts[role], training_scores[role],
+                                          None if bool(keep.all()) else keep)
+                    stats = ppo_update(agent, exp)
+                except NonFiniteError as exc:
+                    raise NonFiniteError(f"iteration {self.iteration}, {agent.name} as {role}: {exc}") from None
+                stats["dropped_samples"] = float((~keep).sum())
+                role_stats = self._role_metrics(exp, stats, task_scores[role][keep], training_scores[role][keep], beta)
                 role_stats["role"] = 0.0 if role == "pioneer" else 1.0
                 for key, value in role_stats.items():
                     metrics[f"{agent.name}/{key}"] = value
@@ -120,6 +127,24 @@ class Trainer:
         metrics["iteration"] = float(self.iteration)
         self.iteration += 1
         return metrics
+
+    def _finite_samples(self, queries, rollouts: dict[str, Rollout], scores: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B,) bool: the samples whose task scores (every role's: a CORY sample's reward is the pair's) are finite.
+        With ppo.on_nonfinite: error, any non-finite score stops the run here, naming the iteration and a response."""
+        finite = torch.stack([torch.isfinite(s) for s in scores.values()]).all(0)
+        if bool(finite.all()):
+            return finite
+        bad_role = next(role for role, s in scores.items() if not bool(torch.isfinite(s).all()))
+        i = int((~torch.isfinite(scores[bad_role])).nonzero()[0])
+        where = (f"{int((~finite).sum())} of {len(finite)} samples; first: the {bad_role}'s answer "
+                 f"{rollouts[bad_role].responses[i]!r} to {queries[i]!r} scored {scores[bad_role][i].item()}")
+        if self.cfg.ppo.on_nonfinite == "error":
+            raise NonFiniteError(f"iteration {self.iteration}: the task reward returned a non-finite score for {where} "
+                                 "(ppo.on_nonfinite: skip drops such samples instead)")
+        keep = keep_finite(torch.where(finite, 0.0, float("nan")), self.cfg.ppo.samples_per_query)
+        if not bool(keep.any()):
+            raise NonFiniteError(f"iteration {self.iteration}: no sample left with a finite task score ({where})")
+        return keep
 
     def generate_alone(self, queries: Sequence[str], answers: Sequence[str] | None, iteration: int) -> list[dict]:
         """LLM1 used alone, with the pioneer prompt and the longest response length, scored by the task reward:

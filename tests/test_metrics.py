@@ -9,7 +9,7 @@ from cory.metrics import GLOSSARY, MetricsWriter, describe, distinct_n, glossary
 AGENT_KEYS = [
     "task_reward", "kl", "combined_reward", "training_score", "kl_coef", "kl_penalty", "policy_loss", "value_loss",
     "policy_clipfrac", "value_clipfrac", "approx_kl", "entropy", "response_length", "distinct_1", "distinct_2",
-    "skipped_minibatches", "skipped_steps",
+    "skipped_minibatches", "skipped_steps", "dropped_samples",
 ]  # fmt: skip
 
 

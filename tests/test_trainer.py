@@ -7,7 +7,7 @@ import torch
 
 from cory import ppo
 from cory.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
-from cory.learner import make_experience, ppo_update
+from cory.learner import NonFiniteError, make_experience, ppo_update
 from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
 from cory.trainer import Trainer
 
@@ -116,14 +116,17 @@ def test_all_minibatches_skipped_leaves_the_policy_unchanged():
     assert all(torch.equal(a, b) for a, b in zip(before, agent.lm.parameters()))
 
 
-def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch):
-    """An inf loss must not reach the optimizer: TRL's `loss * 0.0` would make its gradients NaN."""
+@pytest.mark.parametrize("on_nonfinite", ["skip", "error"])
+def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch, on_nonfinite):
+    """An inf loss must not reach the optimizer: TRL's `loss * 0.0` would make its gradients NaN. With
+    ppo.on_nonfinite: error the run stops instead, naming the loss."""
     import cory.learner as learner
     from cory.rollout import generate
 
     torch.manual_seed(0)
     trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
     agent = trainer.agents[0]
+    agent.cfg = PPOConfig(**{**agent.cfg.__dict__, "on_nonfinite": on_nonfinite})
     real = learner._minibatch_loss
 
     def inf_loss(*args):
@@ -134,7 +137,12 @@ def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch):
     monkeypatch.setattr(learner, "_minibatch_loss", inf_loss)
     before = [p.detach().clone() for p in agent.lm.parameters()]
     rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
-    stats = ppo_update(agent, make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses)))
+    exp = make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses))
+    if on_nonfinite == "error":
+        with pytest.raises(NonFiniteError, match="non-finite PPO loss .* epoch 0"):
+            ppo_update(agent, exp)
+        return
+    stats = ppo_update(agent, exp)
     assert stats["skipped_minibatches"] == 8.0
     assert all(torch.equal(a, b) for a, b in zip(before, agent.lm.parameters()))
 
@@ -147,6 +155,7 @@ def test_a_non_finite_gradient_is_dropped_not_stepped_on():
     torch.manual_seed(0)
     trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
     agent = trainer.agents[0]
+    agent.cfg = PPOConfig(**{**agent.cfg.__dict__, "on_nonfinite": "skip"})
     rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
     exp = make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses))
     weight = next(agent.lm.parameters())
@@ -263,3 +272,32 @@ def test_zero_init_value_head_starts_at_v_zero_and_leaves_advantages_to_the_scor
     assert torch.count_nonzero(exp.values) == 0
     # gamma = lam = 1, no KL, V = 0: every token's return is its response's score
     assert torch.allclose(exp.returns, exp.scores[:, None] * exp.mask)
+
+
+def nan_for_the_second_query(queries, responses, answers=None):
+    scores = good_word_reward(queries, responses)
+    return torch.where(torch.tensor([q == QUERIES[1] for q in queries]), float("nan"), scores)
+
+
+def test_a_nan_score_stops_the_run_naming_the_iteration_and_the_sample():
+    torch.manual_seed(0)
+    trainer = Trainer(config(n_agents=2), tiny_lm(), tiny_tokenizer(), nan_for_the_second_query)
+    with pytest.raises(NonFiniteError, match=r"iteration 0: .* non-finite score for 4 of 16 samples; first: the "
+                                             r"pioneer's answer .* to 'the film was' scored nan"):
+        trainer.step(QUERIES)
+
+
+@pytest.mark.parametrize("samples_per_query", [1, 4])
+def test_on_nonfinite_skip_drops_the_nan_samples_and_keeps_learning(samples_per_query):
+    torch.manual_seed(0)
+    cfg = config(n_agents=2)
+    cfg.ppo = PPOConfig(**{**cfg.ppo.__dict__, "on_nonfinite": "skip", "samples_per_query": samples_per_query,
+                           "group_baseline": samples_per_query > 1, "use_score_scaling": True})
+    trainer = Trainer(cfg, tiny_lm(), tiny_tokenizer(), nan_for_the_second_query)
+    before = [p.detach().clone() for p in trainer.agents[0].lm.parameters()]
+    for _ in range(2):
+        m = trainer.step(QUERIES[: cfg.ppo.queries_per_batch])
+    assert m["llm1/dropped_samples"] == 4.0 and m["llm2/dropped_samples"] == 4.0
+    assert all(math.isfinite(v) for v in m.values())
+    assert all(math.isfinite(a.score_moments.mean) and math.isfinite(a.score_moments.std) for a in trainer.agents)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.agents[0].lm.parameters()))
