@@ -123,3 +123,25 @@ def test_report_rebuilds_from_the_run_files_alone(smoke_repo, tmp_path):
     assert (repo / "reports/smoke/REPORT.md").stat().st_size > 500
     assert after["report"]["deps"] == before["report"]["deps"]
     assert {k: v for k, v in after.items() if k != "report"} == {k: v for k, v in before.items() if k != "report"}
+
+
+def test_editing_an_output_leaves_the_cache_intact_and_dvc_status_notices(smoke_repo, tmp_path):
+    """.dvc/config links outputs by reflink or copy: truncating an output (as root, where read-only bits do not
+    stop it) must not truncate its cache object, and `dvc status` must report the change."""
+    import hashlib
+
+    repo = tmp_path / "repo"
+    shutil.copytree(smoke_repo, repo, symlinks=True)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    env.pop("CORY_PARAMS", None)
+    sh("dvc", "checkout", "--relink", "--force", cwd=repo, env=env)  # link the copy to its cache as configured
+    prompts = repo / "outputs/smoke/data/imdb/prompts.jsonl"
+    digest = hashlib.md5(prompts.read_bytes()).hexdigest()
+    cached = repo / ".dvc/cache/files/md5" / digest[:2] / digest[2:]
+    assert cached.is_file()
+    prompts.write_text("")
+    assert hashlib.md5(cached.read_bytes()).hexdigest() == digest  # the cache object is untouched
+    status = json.loads(sh("dvc", "status", "--json", cwd=repo, env=env))
+    assert "prepare_imdb" in status, status
+    sh("dvc", "checkout", "--force", "outputs/smoke/data/imdb", cwd=repo, env=env)  # and it restores the original
+    assert hashlib.md5(prompts.read_bytes()).hexdigest() == digest
