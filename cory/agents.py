@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from cory.config import PPOConfig
@@ -75,6 +76,16 @@ class Agent:
         self.kl_ctl = make_kl_controller(self.cfg)
         self.score_moments = RunningMoments()
 
+    def training_state(self) -> dict:
+        """The agent's PPO state besides weights and optimizer (KL coefficient, score moments), JSON-serialisable."""
+        m = self.score_moments
+        return {"kl_coef": self.kl_ctl.value, "score_moments": [m.mean, m.var, m.std, m.count]}
+
+    def load_training_state(self, state: dict) -> None:
+        self.kl_ctl.value = state["kl_coef"]
+        m = self.score_moments
+        m.mean, m.var, m.std, m.count = state["score_moments"]
+
     def parameters(self) -> list[nn.Parameter]:
         return [p for p in list(self.lm.parameters()) + list(self.value_head.parameters()) if p.requires_grad]
 
@@ -87,7 +98,7 @@ class Agent:
         self.value_head.train(mode)
 
     def save(self, path: str | Path, tokenizer=None) -> None:
-        """A plain transformers model folder (loadable without this library) + value_head.pt + training state.
+        """A plain transformers model folder (loadable without this library) + value_head.safetensors + training state.
 
         LoRA adapters are merged into a copy of the weights first, so the folder needs neither peft nor this library."""
         path = Path(path)
@@ -97,7 +108,7 @@ class Agent:
         lm.save_pretrained(path)
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
-        torch.save(self.value_head.state_dict(), path / "value_head.pt")
+        save_file(self.value_head.state_dict(), str(path / "value_head.safetensors"))
         with open(path / "agent_state.json", "w") as fh:
             json.dump({"name": self.name, "kl_coef": self.kl_ctl.value, "score_mean": self.score_moments.mean,
                        "score_std": self.score_moments.std}, fh, indent=2)

@@ -19,6 +19,7 @@ files alone, on a machine that never held the weights.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,7 +100,10 @@ class Job:
     run_dir: str
     save_models: bool
     checkpoint_dir: str = ""
-    """Where the trained agents are saved (if save_models); empty: inside run_dir."""
+    """Where the trained agents are saved (if save_models) and the run's resume checkpoint lives; empty: run_dir."""
+    fingerprint: str = ""
+    """Hash of everything the run's result depends on (config, inputs, code; pipeline.train computes it): a run
+    folder or checkpoint with another fingerprint belongs to an older version of the run and is never resumed."""
 
     @property
     def name(self) -> str:
@@ -180,8 +184,14 @@ def load_lm(name_or_path: str, device: str):
     return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model").to(device)
 
 
-def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dict:
-    """Train one run and write its folder (see the module docstring). Returns the summary."""
+def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkpoint_every: int = 0) -> dict:
+    """Train one run and write its folder (see the module docstring). Returns the summary.
+
+    With `checkpoint_every` k > 0 the whole training state is saved every k iterations (cory.checkpoint) under
+    <checkpoint_dir>/resume/, and a run that finds a checkpoint of its own fingerprint there continues from it: the
+    history it ends with is the one an uninterrupted run of the same seed writes. The checkpoint is deleted when the
+    run completes."""
+    from cory.checkpoint import load_checkpoint, save_checkpoint
     from cory.metrics import MetricsWriter
     from cory.rewards import build_reward
     from cory.tokenizer import load_tokenizer
@@ -195,10 +205,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
         torch.cuda.reset_peak_memory_stats(device)
     start = time.time()
     run_dir = Path(job.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(to_dict(job.train), indent=2) + "\n")
-    (run_dir / "provenance.json").write_text(json.dumps({"run": job.name, "model": job.model, **provenance(device)},
-                                                        indent=2) + "\n")
+    resume_dir = Path(job.checkpoint_dir or job.run_dir) / "resume"
     queries, answers = load_queries(job.task.prompts)
     tokenizer = load_tokenizer(job.model)
     lm = load_lm(job.model, device)
@@ -211,15 +218,36 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
     n_fixed = job.train.samples_to_log
     fixed = job.task.table_queries or queries[:n_fixed]
     fixed_answers = None if job.task.table_queries or answers is None else answers[:n_fixed]
-    samples = trainer.generate_alone(fixed, fixed_answers, iteration=-1)
+    resumed = load_checkpoint(resume_dir, trainer)
+    if resumed is not None and resumed.get("fingerprint") != job.fingerprint:
+        raise ValueError(f"{resume_dir}: the checkpoint belongs to another version of {job.name} (fingerprint "
+                         f"{resumed.get('fingerprint')!r}, this run's {job.fingerprint!r}); delete it to start over")
+    if resumed is None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(to_dict(job.train), indent=2) + "\n")
+        (run_dir / "provenance.json").write_text(
+            json.dumps({"run": job.name, "model": job.model, **provenance(device)}, indent=2) + "\n")
+        samples, first, spent = trainer.generate_alone(fixed, fixed_answers, iteration=-1), 0, 0.0
+    else:
+        samples, first, spent = resumed["samples"], trainer.iteration, resumed["seconds"]
+        for row in writer.resume(first):  # the history the checkpoint covers, and nothing after it
+            if tracker is not None:
+                tracker.log_metrics(row, step=int(row["iteration"]))
+        print(f"[train] {job.name}: resumed after iteration {first - 1} from {resume_dir}", flush=True)
+    last = job.train.iterations - 1
     for it, idx in enumerate(batches(len(queries), job.train.ppo.queries_per_batch, job.train.iterations, job.seed)):
+        if it < first:
+            continue  # drawn again, not trained: the batch sequence is the uninterrupted run's
         batch_answers = [answers[i] for i in idx] if answers is not None else None
         metrics = trainer.step([queries[i] for i in idx], batch_answers)
         writer.log(it, metrics)
-        if tracker is not None and (it % log_every == 0 or it == job.train.iterations - 1):
+        if tracker is not None and (it % log_every == 0 or it == last):
             tracker.log_metrics(metrics, step=it)
-        if it in (0, job.train.iterations - 1):
+        if it in (0, last):
             samples += trainer.last_samples
+        if checkpoint_every and (it + 1) % checkpoint_every == 0 and it < last:
+            save_checkpoint(resume_dir, trainer, {"fingerprint": job.fingerprint, "samples": samples,
+                                                  "seconds": spent + time.time() - start})
     samples += trainer.generate_alone(fixed, fixed_answers, iteration=job.train.iterations)
     writer.samples(samples)
     if job.save_models:
@@ -227,8 +255,10 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1) -> dic
             agent.save(Path(job.checkpoint_dir or run_dir) / agent.name, tokenizer)
     # Peak GPU memory this run's tensors held (one process; the train stage runs runtime.workers of them at once).
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
-    summary = writer.summary(last_n=min(10, job.train.iterations), wall_time_s=time.time() - start,
-                             peak_gpu_memory_gib=peak, run=job.name, algorithm=job.algorithm, seed=job.seed)
+    summary = writer.summary(last_n=min(10, job.train.iterations), wall_time_s=spent + time.time() - start,
+                             peak_gpu_memory_gib=peak, run=job.name, algorithm=job.algorithm, seed=job.seed,
+                             fingerprint=job.fingerprint, resumed_after=None if resumed is None else first - 1)
+    shutil.rmtree(resume_dir, ignore_errors=True)  # summary.json marks the run complete: nothing left to resume
     if tracker is not None:
         tracker.log_artifact(run_dir / "samples.jsonl")
     return summary

@@ -209,6 +209,19 @@ class MetricsWriter:
             csv.writer(fh).writerow([_cell(row[key]) if key in row else "" for key in self.columns])
         self.rows.append(row)
 
+    def resume(self, iterations: int) -> list[dict[str, float]]:
+        """Continue a killed run: keep the first `iterations` rows of history.csv (those its checkpoint covers), drop
+        any later ones, and return the kept rows."""
+        with open(self.history_path, newline="") as fh:
+            reader = csv.reader(fh)
+            columns = next(reader)
+            cells = [next(reader) for _ in range(iterations)]
+        self.columns = columns
+        self.rows = [{k: float(v) for k, v in zip(columns, row) if v != ""} for row in cells]
+        with open(self.history_path, "w", newline="") as fh:
+            csv.writer(fh).writerows([columns, *cells])
+        return self.rows
+
     def final_values(self, last_n: int) -> dict[str, float]:
         """Mean of each key over the last `last_n` rows (rows that lack the key are left out of its mean).
 

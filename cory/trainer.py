@@ -50,6 +50,16 @@ class Trainer:
     def agents(self) -> list[Agent]:
         return self.roles.agents
 
+    def state_dict(self) -> dict:
+        """Where the run stands between iterations (agents' state aside: see cory.checkpoint), JSON-serialisable."""
+        return {"iteration": self.iteration, "swapped": self.roles.swapped,
+                "length_rng": self.length_rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.iteration = state["iteration"]
+        self.roles.swapped = state["swapped"]
+        self.length_rng.bit_generator.state = state["length_rng"]
+
     def step(self, queries: Sequence[str], answers: Sequence[str] | None = None) -> dict[str, float]:
         """One iteration of Algorithm 1 on a batch of distinct task queries (ppo.queries_per_batch of them); returns
         the metrics (see cory.metrics). Each query is answered ppo.samples_per_query times, in consecutive rows."""
