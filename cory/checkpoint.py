@@ -61,6 +61,14 @@ def save_checkpoint(directory: str | Path, trainer, extra: dict[str, Any]) -> Pa
     return target
 
 
+def checkpoint_extra(directory: str | Path) -> dict[str, Any] | None:
+    """The `extra` of the newest checkpoint in `directory` (without loading any weights), or None."""
+    pointer = Path(directory) / LATEST
+    if not pointer.is_file():
+        return None
+    return json.loads((Path(directory) / pointer.read_text().strip() / "state.json").read_text())["extra"]
+
+
 def load_checkpoint(directory: str | Path, trainer) -> dict[str, Any] | None:
     """Restore the trainer (agents, optimizers, RNGs) from the newest checkpoint in `directory`; return its `extra`,
     or None when there is none. The trainer must be built as for the saved run (same config, model and seed)."""

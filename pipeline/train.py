@@ -2,6 +2,14 @@
 
     python -m pipeline.train [group ...]        # default: every group under `experiments`
 
+Each run is its own cached unit. Its fingerprint hashes everything its result depends on: its resolved train config,
+task and seed, the content of its base model, reward model and prompt file, and the library code the stage runs
+(the `train` deps of dvc.yaml). DVC reruns this stage when any of its params or deps change, and the stage then
+keeps every finished run whose fingerprint is unchanged, resumes a killed run from its last checkpoint
+(`runtime.checkpoint_every`), trains the rest, and deletes run folders that no longer belong to any run (its outputs
+are `persist: true` in dvc.yaml, so DVC leaves the finished runs in place). Changing one group's learning rate
+retrains that group only; changing `runtime.workers` retrains nothing.
+
 Runs go to outputs/<profile>/runs/<group>/<run>/seed<k>/ (histories, samples, configs: small files the report reads),
 their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see cory.experiments); each run logs an
 MLflow run.
@@ -12,14 +20,20 @@ Every config, model and prompt file is checked before the first run starts.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import os
+import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
-from cory.config import check, section_path, to_dict
+import yaml
+
+from cory.config import ConfigError, check, section_path, to_dict
 from cory.experiments import Job, TaskConfig, expand_jobs, parse_experiment, run_training
 from pipeline.common import ROOT, device, load_params, out_dir, profile, run_stage, section, seeds, stage_timer, write_json
 
@@ -32,11 +46,17 @@ class RuntimeConfig:
     """Training runs executed at once (parallel processes sharing the GPU); 1 runs them one after another."""
     log_every: int = 1
     """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
+    checkpoint_every: int = 10
+    """Save each RL run's whole training state every this many iterations, so a killed run resumes (0: never)."""
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    """Where stages compute: "cuda" requires a GPU and every stage stops at its start without one (a profile sized
+    for a GPU would run for days on a CPU); "auto" uses a GPU when torch sees one; "cpu" never does."""
 
     def __post_init__(self) -> None:
         path = section_path("runtime")
         check(self.workers >= 1, f"{path}.workers", f"must be >= 1, got {self.workers}")
         check(self.log_every >= 1, f"{path}.log_every", f"must be >= 1, got {self.log_every}")
+        check(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
 
 
 def model_path(params: dict, name: str | None) -> str | None:
@@ -58,6 +78,20 @@ def resolve(params: dict, task_name: str, task: TaskConfig) -> TaskConfig:
     )
 
 
+def check_prompts(jobs: list[Job]) -> None:
+    """Every run's prompt file can fill its batch (checked before any run starts, not when that run's turn comes)."""
+    from cory.experiments import load_queries
+
+    counts = {path: len(load_queries(path)[0]) for path in sorted({j.task.prompts for j in jobs})}
+    for job in jobs:
+        need, have = job.train.ppo.queries_per_batch, counts[job.task.prompts]
+        if need > have:
+            raise ConfigError(
+                f"experiments.{job.group}.runs.{job.run}: needs {need} distinct queries per iteration (train.ppo."
+                f"batch_size {job.train.ppo.batch_size} / samples_per_query {job.train.ppo.samples_per_query}) but "
+                f"{job.task.prompts} holds only {have} prompts")
+
+
 def check_models(jobs: list[Job]) -> None:
     for path in sorted({j.model for j in jobs} | {j.task.reward_model for j in jobs if j.task.reward_model}):
         if path.startswith(str(ROOT)) and not Path(path).is_dir():
@@ -74,14 +108,101 @@ def share_cpus(workers: int) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
-def run_job(job: Job, profile_name: str, log_every: int) -> dict:
+def _digest(h, path: Path) -> None:
+    """Feed a file, or every file of a folder (names and contents, in sorted order), into hash `h`."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        h.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
+        with open(file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+
+
+def content_digest(path_or_name: str, _cache: dict[str, str] = {}) -> str:
+    """sha256 of a local file or folder's content; a hub name (no such local path) stands for itself."""
+    if path_or_name not in _cache:
+        path = Path(path_or_name)
+        if not path.exists():
+            return f"name:{path_or_name}"
+        h = hashlib.sha256()
+        _digest(h, path)
+        _cache[path_or_name] = h.hexdigest()
+    return _cache[path_or_name]
+
+
+def code_digest() -> str:
+    """sha256 of the library code this stage runs: the train stage's deps in dvc.yaml that are files of the repo."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    h = hashlib.sha256()
+    for dep in sorted(d for d in stages["train"]["deps"] if "${" not in d):
+        _digest(h, ROOT / dep)
+    return h.hexdigest()
+
+
+def fingerprint(job: Job, code: str) -> str:
+    """What a run's result depends on, hashed (see the module docstring); paths enter by content, not by name."""
+    task = {k: v for k, v in to_dict(job.task).items() if k not in ("model", "reward_model", "prompts")}
+    inputs = [job.model, job.task.prompts] + ([job.task.reward_model] if job.task.reward_model else [])
+    parts = {"run": job.name, "seed": job.seed, "train": to_dict(job.train), "task": task, "code": code,
+             "save_models": job.save_models, "inputs": [content_digest(p) for p in inputs]}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def finished_summary(job: Job) -> dict | None:
+    """The summary of a finished run of this very fingerprint (with its saved agents, if it saves them), else None."""
+    path = Path(job.run_dir) / "summary.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    agents = [Path(job.checkpoint_dir) / f"llm{i + 1}" / "config.json" for i in range(job.train.cory.n_agents)]
+    if summary.get("fingerprint") != job.fingerprint or (job.save_models and not all(a.is_file() for a in agents)):
+        return None
+    return summary
+
+
+def plan(jobs: list[Job]) -> tuple[dict[str, dict], list[Job]]:
+    """({name: summary} of the finished runs to keep, the jobs to run): a job resumes if its checkpoint carries its
+    fingerprint; every other unfinished job starts from nothing (its old folders are deleted)."""
+    from cory.checkpoint import checkpoint_extra
+
+    done, todo = {}, []
+    for job in jobs:
+        summary = finished_summary(job)
+        if summary is not None:
+            done[job.name] = summary
+            continue
+        extra = checkpoint_extra(Path(job.checkpoint_dir) / "resume")
+        if extra is None or extra.get("fingerprint") != job.fingerprint:
+            shutil.rmtree(job.run_dir, ignore_errors=True)
+            shutil.rmtree(job.checkpoint_dir, ignore_errors=True)
+        todo.append(job)
+    return done, todo
+
+
+def remove_stale(root: Path, jobs: list[Job], groups: list[str], attr: str) -> list[str]:
+    """Delete <root>/<group>/<run>/seed<k> folders of `groups` that belong to no job (runs renamed or removed from
+    params, seeds dropped), then empty parents; returns what was deleted, relative to root."""
+    keep = {Path(getattr(job, attr)).resolve() for job in jobs}
+    removed = []
+    for group in groups:
+        for folder in sorted((root / group).glob("*/seed*")):
+            if folder.resolve() not in keep:
+                shutil.rmtree(folder)
+                removed.append(str(folder.relative_to(root)))
+        for parent in sorted((root / group).glob("*"), reverse=True):
+            if parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+    return removed
+
+
+def run_job(job: Job, profile_name: str, log_every: int, checkpoint_every: int = 0) -> dict:
     from cory.tracking import start_run
 
     with start_run(
         "train", to_dict(job.train), run_name=job.name, profile=profile_name, outputs=job.run_dir,
         seed=job.seed, algorithm=job.algorithm, tags={"group": job.group, "run": job.run},
     ) as tracker:
-        summary = run_training(job, device(), tracker, log_every)
+        summary = run_training(job, device(), tracker, log_every, checkpoint_every)
     print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s, "
           f"llm1 task reward {summary['final'].get('llm1/task_reward', float('nan')):.3f}, "
           f"KL {summary['final'].get('llm1/kl', float('nan')):.2f}", flush=True)
@@ -113,22 +234,35 @@ def main(argv: list[str]) -> None:
                                  out_dir(params, "runs"), out_dir(params, "checkpoints"))
         jobs += [replace(job, model=model_path(params, job.model)) for job in group_jobs]
     check_models(jobs)
+    check_prompts(jobs)
+    code = code_digest()
+    jobs = [replace(job, fingerprint=fingerprint(job, code)) for job in jobs]
     jobs.sort(key=cost, reverse=True)
-    out_dir(params, "checkpoints").mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
+    runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
+    checkpoints_root.mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
+    # Every group's folder is ours when the stage runs them all: a group gone from params goes from the outputs too.
+    owned = groups if argv else sorted({p.name for p in runs_root.glob("*")} | {p.name for p in checkpoints_root.glob("*")})
+    stale = remove_stale(runs_root, jobs, owned, "run_dir") + remove_stale(checkpoints_root, jobs, owned, "checkpoint_dir")
+    done, todo = plan(jobs)
+    resuming = sum((Path(j.checkpoint_dir) / "resume").is_dir() for j in todo)
+    print(f"[train] {len(jobs)} runs: {len(done)} finished with the same fingerprint (kept), {resuming} to resume, "
+          f"{len(todo) - resuming} to train; {len(set(stale))} stale run folders removed", flush=True)
 
     name = profile(params)
     # Many processes share one GPU: let each one's allocator grow and shrink in place rather than hold fragmented
     # blocks (set before any worker starts CUDA; an explicit setting of the user's wins).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with stage_timer(params, "train"):
+        settings = (name, runtime.log_every, runtime.checkpoint_every)
         if runtime.workers == 1:
-            summaries = [run_job(job, name, runtime.log_every) for job in jobs]
+            summaries = [run_job(job, *settings) for job in todo]
         else:
             # spawn: CUDA cannot be used in forked children.
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(runtime.workers, mp_context=context, initializer=share_cpus,
                                      initargs=(runtime.workers,)) as pool:
-                summaries = list(pool.map(run_job, jobs, [name] * len(jobs), [runtime.log_every] * len(jobs)))
+                summaries = list(pool.map(run_job, todo, *([value] * len(todo) for value in settings)))
+    summaries += list(done.values())
     for group in groups:
         rows = {s["run"]: headline(s["final"]) for s in summaries if s["run"].startswith(f"{group}/")}
         write_json(out_dir(params, "metrics", f"train_{group}.json"), rows)

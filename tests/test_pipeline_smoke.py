@@ -145,3 +145,25 @@ def test_editing_an_output_leaves_the_cache_intact_and_dvc_status_notices(smoke_
     assert "prepare_imdb" in status, status
     sh("dvc", "checkout", "--force", "outputs/smoke/data/imdb", cwd=repo, env=env)  # and it restores the original
     assert hashlib.md5(prompts.read_bytes()).hexdigest() == digest
+
+
+def test_changing_one_runs_settings_retrains_that_run_only(smoke_repo, tmp_path):
+    """Each RL run is its own cached unit: a new learning rate for math/ppo retrains math/ppo and keeps the other
+    finished runs byte for byte (pipeline/train.py fingerprints; runs/ and checkpoints/ persist in dvc.yaml)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(smoke_repo, repo, symlinks=True)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("CORY_PARAMS", None)
+    runs = repo / "outputs/smoke/runs"
+    before = {p.parent.relative_to(runs): p.read_bytes() for p in runs.glob("*/*/seed0/summary.json")}
+    profile = yaml.safe_load((repo / "profiles/smoke.yaml").read_text())
+    profile["experiments"]["math"]["runs"] = {"ppo": {"train": {"ppo": {"learning_rate": 2.0e-5}}}}
+    (repo / "profiles/smoke.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    sh(sys.executable, "-m", "pipeline.profile", "smoke", cwd=repo, env=env)
+    out = sh("dvc", "repro", cwd=repo, env=env)
+    assert f"[train] {len(before)} runs: {len(before) - 1} finished with the same fingerprint (kept), 0 to resume, " \
+           "1 to train" in out, out[-3000:]
+    after = {p.parent.relative_to(runs): p.read_bytes() for p in runs.glob("*/*/seed0/summary.json")}
+    changed = sorted(str(k) for k in before if after[k] != before[k])
+    assert changed == ["math/ppo/seed0"]
+    assert json.loads(sh("dvc", "status", "--json", cwd=repo, env=env)) == {}
