@@ -36,7 +36,9 @@ from cory.pretrain import (
 from cory.roles import TABLE3_QUERIES
 from cory.tokenizer import load_tokenizer
 from cory.tracking import provenance, start_run
-from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
+from pipeline.common import (
+    device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
+)
 
 SCRATCH = "scratch"
 
@@ -144,6 +146,7 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str)
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     params = load_params()
+    require_device(params)
     names = list(params.get("base_models") or {})
     if len(argv) != 1 or argv[0] not in names:
         raise SystemExit(f"usage: python -m pipeline.base_models NAME, with NAME one of base_models: {', '.join(names)}")

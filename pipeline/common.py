@@ -144,3 +144,24 @@ def seeds(params: dict[str, Any]) -> list[int]:
     if len(set(value)) != len(value):
         raise ConfigError(f"seeds: must not repeat a seed, got {value!r}")
     return value
+
+
+def require_device(params: dict[str, Any]) -> None:
+    """Stop a compute stage at its start when the profile needs a GPU (`runtime.device: cuda`) and torch sees none.
+
+    The default profile trains 48 RL runs and 3 language models: about 10 minutes on one H100, days on a CPU (where
+    the first base model alone also outgrew a 24 GB machine). Stages call this before they read or write anything,
+    and their committed metrics are `persist: true` in dvc.yaml, so the failed `dvc repro` leaves every result as it
+    was. The report stage does not call it: it rebuilds the figures from run files on any machine."""
+    runtime = params.get("runtime") or {}
+    if runtime.get("device", "auto") != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"runtime.device: the {profile(params)!r} profile needs a CUDA GPU and torch sees none (its RL runs are "
+            "sized for a GPU: about 10 minutes on one H100, days on this CPU). On a machine without a GPU run the "
+            "smoke profile: `python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway, set "
+            f"runtime.device: auto in profiles/{profile(params)}.yaml."
+        )

@@ -21,7 +21,9 @@ import numpy as np
 from cory.config import ConfigError, check, section_path, to_dict
 from cory.evaluation import EvalConfig, evaluate_pass_at_k
 from cory.tracking import start_run
-from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
+from pipeline.common import (
+    device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
+)
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
@@ -159,6 +161,7 @@ def evaluate(
 
 def main() -> None:
     params = load_params()
+    require_device(params)
     with stage_timer(params, "evaluate"):
         cfg = section(params, "evaluation", EvaluateConfig)
         eval_dir = out_dir(params, "eval")

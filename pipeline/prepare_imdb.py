@@ -13,7 +13,9 @@ from statistics import mean
 from cory.config import to_dict
 from cory.data import IMDBDataConfig, build_prompts, load_imdb, split_imdb
 from cory.tokenizer import load_tokenizer
-from pipeline.common import load_params, out_dir, run_stage, section, stage_timer, write_json, write_jsonl
+from pipeline.common import (
+    load_params, out_dir, require_device, run_stage, section, stage_timer, write_json, write_jsonl,
+)
 
 
 def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
@@ -44,6 +46,7 @@ def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
 
 def main() -> None:
     params = load_params()
+    require_device(params)
     with stage_timer(params, "prepare_imdb"):
         cfg = section(params, "data.imdb", IMDBDataConfig)
         splits, stats = prepare_imdb(cfg)

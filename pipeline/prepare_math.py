@@ -18,7 +18,9 @@ from statistics import mean
 
 from cory.mathgen import MathDataConfig, generate_problems
 from cory.rewards import gsm8k_answer
-from pipeline.common import ROOT, load_params, out_dir, run_stage, section, stage_timer, write_json, write_jsonl
+from pipeline.common import (
+    ROOT, load_params, out_dir, require_device, run_stage, section, stage_timer, write_json, write_jsonl,
+)
 
 SPLITS = ("pretrain", "rl", "test")
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -106,6 +108,7 @@ def split_stats(rows: list[dict[str, str]]) -> dict[str, float]:
 
 def main() -> None:
     params = load_params()
+    require_device(params)
     with stage_timer(params, "prepare_math"):
         cfg = section(params, "data.math", MathDataConfig)
         splits = prepare_math(cfg)

@@ -21,7 +21,9 @@ from cory.classifier import ClassifierConfig, classifier_accuracy, train_reward_
 from cory.pretrain import count_parameters, load_pretrained, save_model
 from cory.tokenizer import load_tokenizer
 from cory.tracking import provenance, start_run
-from pipeline.common import device, load_params, out_dir, profile, read_jsonl, run_stage, section, stage_timer, write_json
+from pipeline.common import (
+    device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
+)
 
 SCRATCH = "scratch"
 
@@ -97,6 +99,7 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tup
 
 def main() -> None:
     params = load_params()
+    require_device(params)
     with stage_timer(params, "reward_model"):
         cfg = section(params, "reward_model", RewardModelConfig)
         with start_run("reward_model", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", "reward")) as tracker:

@@ -35,7 +35,9 @@ import yaml
 
 from cory.config import ConfigError, check, section_path, to_dict
 from cory.experiments import Job, TaskConfig, expand_jobs, parse_experiment, run_training
-from pipeline.common import ROOT, device, load_params, out_dir, profile, run_stage, section, seeds, stage_timer, write_json
+from pipeline.common import (
+    ROOT, device, load_params, out_dir, profile, require_device, run_stage, section, seeds, stage_timer, write_json,
+)
 
 
 @dataclass
@@ -48,9 +50,9 @@ class RuntimeConfig:
     """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
     checkpoint_every: int = 10
     """Save each RL run's whole training state every this many iterations, so a killed run resumes (0: never)."""
-    device: Literal["auto", "cuda", "cpu"] = "auto"
+    device: Literal["auto", "cuda"] = "auto"
     """Where stages compute: "cuda" requires a GPU and every stage stops at its start without one (a profile sized
-    for a GPU would run for days on a CPU); "auto" uses a GPU when torch sees one; "cpu" never does."""
+    for a GPU would run for days on a CPU); "auto" uses a GPU when torch sees one."""
 
     def __post_init__(self) -> None:
         path = section_path("runtime")
@@ -224,6 +226,7 @@ def cost(job: Job) -> int:
 
 def main(argv: list[str]) -> None:
     params = load_params()
+    require_device(params)
     runtime = section(params, "runtime", RuntimeConfig)
     groups = argv or list(params.get("experiments") or {})
     jobs: list[Job] = []

@@ -1,0 +1,48 @@
+"""What a stage does before any work: a profile that needs a GPU stops at once on a machine without one, through
+`dvc repro` as through the stage itself, and leaves every committed result as it was."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tracked(repo: Path, under: str) -> dict[str, str]:
+    files = subprocess.run(["git", "ls-files", under], cwd=repo, capture_output=True, text=True, check=True).stdout
+    return {name: hashlib.md5((repo / name).read_bytes()).hexdigest() for name in files.split()}
+
+
+def test_dvc_repro_of_the_default_profile_without_a_gpu_stops_at_once_and_keeps_committed_results(tmp_path):
+    repo = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in filter(None, files.split("\0")):
+        if (ROOT / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "DVC_NO_ANALYTICS": "1"}
+    env.pop("CORY_PARAMS", None)
+    for args in (["git", "init", "-q"], ["git", "add", "-A"],
+                 ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost", "commit", "-qm", "snapshot"]):
+        subprocess.run(args, cwd=repo, check=True)
+    before = tracked(repo, "outputs/default")
+    assert len(before) > 10
+    result = subprocess.run(["dvc", "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    message = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(message) == 1 and "needs a CUDA GPU" in message[0], result.stderr[-2000:]
+    assert "python -m pipeline.profile smoke" in message[0]
+    assert tracked(repo, "outputs/default") == before  # nothing committed was deleted or overwritten
+    assert not list((repo / "outputs/default").glob("data/*/prompts.jsonl"))  # and no work was done
+
+
+def test_a_compute_stage_names_the_cpu_path_in_one_line():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("CORY_PARAMS", None)  # the committed params.yaml: the default profile
+    result = subprocess.run([sys.executable, "-m", "pipeline.base_models", "math"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0 and "runtime.device: the 'default' profile needs a CUDA GPU" in result.stderr
