@@ -225,8 +225,10 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     timings = [t for t in inputs.timings if t.get("stage") != "report"]
     if timings:
         total = sum(float(t["seconds"]) for t in timings)
-        lines += _table(["stage", "seconds", "minutes"],
-                        [[t["stage"], f"{t['seconds']:.1f}", f"{t['seconds'] / 60:.2f}"] for t in timings]
+        memory = lambda t, key: f"{t[key]:.1f}" if t.get(key) is not None else "-"  # noqa: E731
+        lines += _table(["stage", "seconds", "minutes", "peak host memory (GiB)", "peak GPU memory (GiB)"],
+                        [[t["stage"], f"{t['seconds']:.1f}", f"{t['seconds'] / 60:.2f}", memory(t, "peak_rss_gib"),
+                          memory(t, "peak_gpu_gib")] for t in timings]
                         + [["**total**", f"{total:.1f}", f"{total / 60:.2f}"]])
     else:
         lines += ["(no stage timing files were found)"]

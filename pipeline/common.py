@@ -116,6 +116,20 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+def peak_memory() -> dict[str, float | None]:
+    """Peak resident host memory of this process and of its largest finished child (the train stage's workers), and
+    peak GPU memory this process allocated, in GiB (None without a GPU); the report's time table states them."""
+    import resource
+
+    rss = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    gpu = None
+    if "torch" in sys.modules:
+        import torch
+
+        gpu = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    return {"peak_rss_gib": round(rss / 2**20, 2), "peak_gpu_gib": None if gpu is None else round(gpu, 2)}
+
+
 class stage_timer:
     """Write outputs/<profile>/metrics/timing/<stage>.json with the stage's wall time (the report's timing table)."""
 
@@ -133,7 +147,8 @@ class stage_timer:
         import time
 
         if exc_type is None:
-            write_json(self.path, {"stage": self.stage, "seconds": round(time.perf_counter() - self.start, 2)})
+            write_json(self.path, {"stage": self.stage, "seconds": round(time.perf_counter() - self.start, 2),
+                                   **peak_memory()})
 
 
 def seeds(params: dict[str, Any]) -> list[int]:
