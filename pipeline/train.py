@@ -202,7 +202,7 @@ def run_job(job: Job, profile_name: str, log_every: int, checkpoint_every: int =
 
     with start_run(
         "train", to_dict(job.train), run_name=job.name, profile=profile_name, outputs=job.run_dir,
-        seed=job.seed, algorithm=job.algorithm, tags={"group": job.group, "run": job.run},
+        seed=job.seed, algorithm=job.algorithm, tags={"group": job.group, "run": job.run}, key=job.name,
     ) as tracker:
         summary = run_training(job, device(), tracker, log_every, checkpoint_every)
     print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s, "

@@ -1,11 +1,16 @@
+import hashlib
 import json
+import os
+import signal
 import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from cory.tracking import Tracker, flatten, start_run
+from cory.tracking import Tracker, config_hash, flatten, main_module, read_history, start_run, sync_runs
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -34,6 +39,20 @@ def test_flatten_gives_dotted_names():
         "ppo.learning_rate": "1e-05",
         "ppo.generation.response_length": "[4, 16]",
     }
+
+
+def test_config_hash_is_the_canonical_json_digest_whatever_the_key_order():
+    config = {"seed": 3, "ppo": {"learning_rate": 1e-5, "response_length": (4, 16)}}
+    reordered = {"ppo": {"response_length": [4, 16], "learning_rate": 1e-5}, "seed": 3}
+    canonical = '{"ppo":{"learning_rate":1e-05,"response_length":[4,16]},"seed":3}'
+    assert config_hash(config) == config_hash(reordered) == hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    assert config_hash(json.loads(json.dumps(config))) == config_hash(config)  # as read back from config.json
+    assert config_hash({**config, "seed": 4}) != config_hash(config)
+
+
+def runs_of(store, profile: str) -> list:
+    client = MlflowClient(tracking_uri=store)
+    return client.search_runs([client.get_experiment_by_name(f"cory-{profile}").experiment_id], order_by=["start_time"])
 
 
 def test_run_in_a_real_sqlite_store(store, monkeypatch, tmp_path, capsys):
@@ -128,3 +147,142 @@ def test_error_mid_run_warns_once_then_stops_logging(tmp_path, capsys):
     tracker.finish("FINISHED")
     (warning,) = warnings_in(capsys)
     assert "log_metrics failed: server went away" in warning
+
+
+def test_a_rerun_supersedes_every_older_run_of_its_key(store, tmp_path):
+    def train(key):
+        with start_run("train", PARAMS, profile="rerun", outputs=tmp_path, key=key) as tracker:
+            pass
+        return tracker.run_id
+
+    first = train("imdb/ppo/seed0")
+    other_seed = train("imdb/ppo/seed1")
+    client = MlflowClient(tracking_uri=store)
+    experiment_id = client.get_experiment_by_name("cory-rerun").experiment_id
+    # a process killed without a word (SIGKILL, a lost machine) leaves its run RUNNING
+    orphan = client.create_run(experiment_id, tags={"run_key": "rerun/imdb/ppo/seed0"}).info.run_id
+    second = train("imdb/ppo/seed0")
+    third = train("imdb/ppo/seed0")
+
+    runs = {run.info.run_id: run for run in runs_of(store, "rerun")}
+    tags = {run_id: run.data.tags for run_id, run in runs.items()}
+    assert tags[first]["run_key"] == "rerun/imdb/ppo/seed0"
+    assert tags[first]["superseded"] == tags[orphan]["superseded"] == tags[second]["superseded"] == "true"
+    assert tags[first]["superseded_by"] == tags[orphan]["superseded_by"] == second  # not moved on by the third
+    assert tags[second]["superseded_by"] == third
+    assert "superseded" not in tags[third] and "superseded" not in tags[other_seed]
+    assert runs[orphan].info.status == "KILLED"
+    assert runs[first].info.status == runs[second].info.status == "FINISHED"
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, SystemExit])
+def test_an_interrupted_body_ends_its_run_killed(interruption, store, tmp_path):
+    with pytest.raises(interruption):
+        with start_run("train", {}, profile="killed", outputs=tmp_path) as tracker:
+            raise interruption
+    assert MlflowClient(tracking_uri=store).get_run(tracker.run_id).info.status == "KILLED"
+
+
+def test_sigterm_ends_the_run_killed_and_the_process_with_143(store, tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exit_:
+        with start_run("train", {}, profile="killed", outputs=tmp_path) as tracker:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # the handler runs first, in this thread
+    assert exit_.value.code == 128 + signal.SIGTERM
+    assert MlflowClient(tracking_uri=store).get_run(tracker.run_id).info.status == "KILLED"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_run_in_another_thread_leaves_signals_alone(store, tmp_path):
+    """Only the main thread may set a signal handler: elsewhere trying would raise ValueError and break the stage."""
+    trackers = []
+
+    def body():
+        with start_run("train", {}, profile="thread", outputs=tmp_path) as tracker:
+            trackers.append(tracker)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    (tracker,) = trackers
+    assert MlflowClient(tracking_uri=store).get_run(tracker.run_id).info.status == "FINISHED"
+
+
+def test_source_commit_and_user_fill_the_columns_of_the_ui(store, tmp_path):
+    with start_run("train", PARAMS, profile="source", outputs=tmp_path, source="pipeline.train") as tracker:
+        pass
+    with start_run("evaluate", {}, profile="source", outputs=tmp_path) as default:
+        pass
+    client = MlflowClient(tracking_uri=store)
+    run = client.get_run(tracker.run_id)
+    tags = run.data.tags
+    assert tags["mlflow.source.name"] == "pipeline.train" and tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.source.git.commit"] == tags["git_commit"] and len(tags["git_commit"]) == 40
+    assert tags["mlflow.user"] == run.info.user_id != "unknown"
+    assert tags["config_hash"] == config_hash(PARAMS)
+    assert client.get_run(default.run_id).data.tags["mlflow.source.name"] == main_module()
+
+
+def write_run_folder(runs_dir: Path, key: str, config: dict, finished: bool = True) -> Path:
+    folder = runs_dir / key
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "provenance.json").write_text(json.dumps({"git_commit": "c0ffee" * 6 + "c0ff"}))
+    (folder / "history.csv").write_text("iteration,llm1/kl,llm2/kl\n0,0.5,\n1,0.25,0.125\n")
+    if finished:
+        (folder / "summary.json").write_text(json.dumps({"final": {"llm1/kl": 0.25}, "seed": 0, "algorithm": "cory"}))
+    return folder
+
+
+def test_read_history_takes_iteration_as_the_step_and_skips_empty_cells(tmp_path):
+    folder = write_run_folder(tmp_path, "g/r/seed0", {})
+    assert read_history(folder / "history.csv") == [
+        (0, {"iteration": 0.0, "llm1/kl": 0.5}),
+        (1, {"iteration": 1.0, "llm1/kl": 0.25, "llm2/kl": 0.125}),
+    ]
+
+
+def test_sync_runs_logs_a_restored_run_once(store, tmp_path, capsys):
+    runs_dir = tmp_path / "runs"
+    write_run_folder(runs_dir, "imdb/cory/seed0", PARAMS)
+    write_run_folder(runs_dir, "imdb/cory/seed1", PARAMS, finished=False)  # killed mid-run: not a result
+    assert sync_runs(runs_dir, "sync") == ["imdb/cory/seed0"]
+    assert sync_runs(runs_dir, "sync") == []
+    assert warnings_in(capsys) == []
+
+    (run,) = runs_of(store, "sync")
+    tags = run.data.tags
+    assert run.info.status == "FINISHED" and run.info.run_name == "imdb/cory/seed0"
+    assert tags["restored_from"] == "dvc" and tags["run_key"] == "sync/imdb/cory/seed0"
+    assert tags["config_hash"] == config_hash(PARAMS) and tags["dvc_stage"] == "train"
+    assert tags["group"] == "imdb" and tags["run"] == "cory" and tags["seed"] == "0" and tags["algorithm"] == "cory"
+    assert tags["git_commit"] == tags["mlflow.source.git.commit"] == "c0ffee" * 6 + "c0ff"
+    assert tags["mlflow.source.name"] == "pipeline.train"
+    assert run.data.params == flatten(PARAMS)
+    client = MlflowClient(tracking_uri=store)
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "llm1/kl")] == [(0, 0.5), (1, 0.25)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "llm2/kl")] == [(1, 0.125)]
+
+
+def test_sync_runs_keeps_a_trained_run_and_replaces_one_of_another_config(store, tmp_path):
+    runs_dir = tmp_path / "runs"
+    with start_run("train", PARAMS, profile="resync", outputs=tmp_path, key="math/ppo/seed0") as trained:
+        pass
+    write_run_folder(runs_dir, "math/ppo/seed0", PARAMS)
+    assert sync_runs(runs_dir, "resync") == []  # trained here: already listed
+
+    (runs_dir / "math/ppo/seed0/config.json").write_text(json.dumps({**PARAMS, "seed": 4}))  # e.g. `dvc checkout`
+    assert sync_runs(runs_dir, "resync") == ["math/ppo/seed0"]
+    old, restored = runs_of(store, "resync")
+    assert old.info.run_id == trained.run_id and old.data.tags["superseded_by"] == restored.info.run_id
+    assert restored.data.tags["config_hash"] == config_hash({**PARAMS, "seed": 4})
+
+
+def test_sync_runs_with_an_unusable_store_warns_once(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
+    write_run_folder(tmp_path, "imdb/ppo/seed0", PARAMS)
+    write_run_folder(tmp_path, "imdb/ppo/seed1", PARAMS)
+    assert sync_runs(tmp_path, "test") == []
+    (warning,) = warnings_in(capsys)
+    assert "sync_runs failed" in warning
