@@ -10,6 +10,7 @@
 #                                              # GAE lambda, learning rate, batch; PPO and CORY, 100 iterations
 #   bash scripts/diagnostics.sh math-lora      # LoRA r=16 (the paper's 7B setting) vs full fine-tuning; held-out pass@k
 #   bash scripts/diagnostics.sh math-scale     # 32 queries x 8 attempts, lam 1, V starting at 0; LoRA lr / full; 2 seeds
+#   bash scripts/diagnostics.sh math-long      # the best two of math-scale for 250 iterations: does pass@1 keep rising?
 # Each runs its stages' prerequisites, then 2 seeds of each variant at once (scripts/variants.py), and prints LLM1's
 # metrics per block of 10 iterations (also written to $OUT/<name>.txt when $OUT is set, as on the lent GPU machine).
 set -euo pipefail
@@ -63,6 +64,12 @@ case "$name" in
       "ppo_lora_lr1e-3=$P,$L,$B256,$K8,$Z,ppo.learning_rate=1.0e-3"
       "ppo_full_lr1e-5=$P,$B256,$K8,$Z,ppo.learning_rate=1.0e-5"
       "cory_lora_lr3e-4=$C,$L,$B256,$K8,$Z,ppo.learning_rate=3.0e-4") ;;
+  math-long) group=math iterations=250 seeds=0 evaluate=1
+    L=lora_rank=16,lora_alpha=16 Z=ppo.zero_init_value_head=true,ppo.lam=1.0
+    B256=ppo.batch_size=256,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=64
+    runs=(
+      "ppo_full_lr1e-5=$P,$B256,$K8,$Z,ppo.learning_rate=1.0e-5"
+      "ppo_lora_lr3e-4=$P,$L,$B256,$K8,$Z,ppo.learning_rate=3.0e-4") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac
 if [ "$group" = imdb ]; then
