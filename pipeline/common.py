@@ -19,29 +19,86 @@ ROOT = Path(__file__).resolve().parents[1]
 """The project root (where params.yaml and dvc.yaml live); stages run from here."""
 
 
+def shown(path: str | os.PathLike) -> str:
+    """How a message names a file: relative to the project root when it is inside it, else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key repeated in one mapping is an error: safe_load keeps the last one, so a
+    second `train:` block in a params or profile file would silently replace the first."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} appears twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """A YAML file's content. A syntax error or a repeated key is one ConfigError naming the file, line and column
+    (`params.yaml:12:5: ...`), instead of yaml's traceback."""
+    try:
+        return yaml.load(Path(path).read_bytes(), Loader=_StrictLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        within = ""
+        if exc.context and exc.context_mark is not None:
+            within = f" ({exc.context} at line {exc.context_mark.line + 1})"
+        raise ConfigError(f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: {exc.problem}{within}") from None
+    except yaml.YAMLError as exc:  # e.g. bytes that are no text encoding
+        raise ConfigError(f"{shown(path)}: not a YAML file ({' '.join(str(exc).split())})") from None
+
+
 def load_params(path: str | os.PathLike | None = None, validate: bool = True) -> dict[str, Any]:
     """The params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file.
 
     The whole tree is validated first (pipeline.params), so a typo anywhere stops every stage before it starts."""
     path = Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
     if not path.is_file():
-        raise ConfigError(f"{path}: params file not found")
-    with open(path) as fh:
-        params = yaml.safe_load(fh)
+        raise ConfigError(f"{shown(path)}: params file not found")
+    params = read_yaml(path)
     if not isinstance(params, dict):
-        raise ConfigError(f"{path}: must hold a mapping of settings, got {type(params).__name__}")
+        raise ConfigError(f"{shown(path)}: must hold a mapping of settings, got {type(params).__name__}")
     if validate:
         from pipeline.params import validate as validate_tree
 
         try:
             validate_tree(params)
         except ConfigError as exc:
-            raise ConfigError(f"{path.name}: {exc}") from None
+            raise ConfigError(f"{shown(path)}: {exc}") from None
     return params
+
+
+def limit_cpu_threads() -> None:
+    """One CPU thread for torch in this process, unless $OMP_NUM_THREADS asks for another number (torch reads it).
+
+    What computes on the CPU is the smoke profile's tiny models (with a GPU, the CPU only feeds it): a second
+    intra-op thread hardly speeds them up, and on a busy machine threads that wait for each other's cores slow them
+    down. Measured on the project's 2-core CPU machine (torch's default there is 2 threads), seconds, default vs 1:
+    stages base_model@imdb_small + reward_model + train + evaluate of the smoke profile, idle 80-82 vs 83, beside two
+    busy processes 195 and 260 vs 126 and 124; `pytest tests/test_pipeline_smoke.py`, idle 214 vs 216, beside two
+    busy processes 428 vs 329. The variable is set for child processes too; the train stage's pool workers take their
+    own share of the cores (pipeline.train.share_cpus)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # imported already, so it has read the variable before it was set
+        sys.modules["torch"].set_num_threads(1)
 
 
 def run_stage(main: Callable[[], None]) -> None:
     """Run a stage's main(); bad input (settings, missing or malformed files) ends it with one line naming it."""
+    limit_cpu_threads()
     try:
         main()
     except (ConfigError, FileNotFoundError, ValueError) as exc:
@@ -102,18 +159,12 @@ def write_jsonl(path: str | os.PathLike, rows: list[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.is_file():
+    """The rows of a file an earlier stage wrote (cory.data.read_jsonl: a bad line names the file and line)."""
+    from cory.data import read_jsonl as read_rows  # here, not at the top: it imports pandas
+
+    if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: file not found (did its DVC stage run?)")
-    rows = []
-    with open(path) as fh:
-        for i, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
-    return rows
+    return read_rows(path)
 
 
 def peak_memory() -> dict[str, float | None]:

@@ -5,7 +5,8 @@ import huggingface_hub
 import pytest
 
 from cory.config import ConfigError, from_dict
-from cory.data import IMDBDataConfig, build_prompts, clean_review, load_imdb, split_imdb
+from cory.data import IMDBDataConfig, build_prompts, clean_review, load_imdb, read_jsonl, split_imdb
+from cory.experiments import load_queries
 from cory.tokenizer import load_tokenizer
 
 
@@ -93,7 +94,7 @@ def test_local_csv_and_jsonl_sources(tmp_path):
         ("nolabel.csv", "text,stars\nGood,5\n", "missing column\\(s\\) label"),
         ("badlabel.csv", "text,label\nGood,1\nMeh,2\n", "row 1 has label 2"),
         ("notext.csv", "text,label\nGood,1\n,0\n", "row 1 has no text"),
-        ("broken.jsonl", '{"text": "a", "label": 1}\n{not json\n', "broken.jsonl: cannot be parsed"),
+        ("broken.jsonl", '{"text": "a", "label": 1}\n{not json\n', "broken.jsonl:2: not valid JSON"),
         ("empty.csv", "text,label\n", "has no rows"),
     ],
 )
@@ -141,3 +142,44 @@ def test_prepare_imdb_stage_rows_and_stats(tmp_path):
     assert all(train_texts[row["review_id"]].startswith(row["query"]) for row in splits["prompts"])
     assert stats["prompts"]["count"] == 10 and sum(stats["prompts"]["query_tokens"].values()) == 10
     assert stats["validation"]["reviews"] == 6
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (['{"query": "a"}', '{"query": "b', '{"query": "c"}'], r"prompts\.jsonl:2: not valid JSON \(Unterminated string"),
+        (['{"query": "a"}', "", '["b"]'], r"prompts\.jsonl:3: expected a JSON object, got list"),
+    ],
+)
+def test_a_corrupt_jsonl_line_is_named_by_file_and_line(tmp_path, lines, message):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=message):
+        read_jsonl(path)
+    with pytest.raises(ValueError, match=message):
+        load_queries(path)
+
+
+def test_rl_prompts_with_and_without_answers(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"query": "Great"}\n\n{"query": "Bad", "label": 0}\n')
+    assert load_queries(path) == (["Great", "Bad"], None)
+    path.write_text('{"question": "1+1?", "answer": "2 #### 2"}\n{"question": "2+2?", "answer": "#### 4"}\n')
+    assert load_queries(path) == (["1+1?", "2+2?"], ["2", "4"])
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (['{"query": "a"}', '{"text": "b"}'], r"prompts\.jsonl:2: needs a string 'query' \(or 'question'\) field, got fields \['text'\]"),
+        (['{"question": "q", "answer": "#### 1"}', '{"question": "r"}'], r"prompts\.jsonl:2: needs a string 'answer' field"),
+        (['{"question": "q", "answer": "#### 1"}', '{"question": "r", "answer": "2"}'],
+         r'prompts\.jsonl:2: GSM8K solution has no "#### <number>"'),
+        ([], r"prompts\.jsonl: no prompts"),
+    ],
+)
+def test_rl_prompt_rows_missing_a_field_are_named_by_file_and_line(tmp_path, lines, message):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    with pytest.raises(ValueError, match=message):
+        load_queries(path)

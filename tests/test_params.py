@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from cory.config import ConfigError, CORYConfig, PPOConfig, TrainConfig, from_dict
-from pipeline.common import ROOT
+from pipeline.common import ROOT, load_params
 from pipeline.params import validate
 from pipeline.profile import render
 
@@ -52,6 +52,15 @@ def test_unknown_profile_names_the_known_ones():
         (lambda p: p["train"]["ppo"].update(samples_per_query=3), r"train\.ppo\.samples_per_query: must divide batch_size"),
         (lambda p: p["train"]["ppo"].update(samples_per_query=1, group_baseline=True),
          r"train\.ppo\.group_baseline: needs samples_per_query >= 2"),
+        (lambda p: p["base_models"]["imdb_small"]["pretrain"].update(seq_len=512),
+         r"base_models\.imdb_small\.pretrain\.seq_len: 512 tokens exceed the model's base_models\.imdb_small\.lm\.n_positions = 256"),
+        (lambda p: p["reward_model"]["classifier"].update(max_length=1024),
+         r"reward_model\.classifier\.max_length: 1024 tokens exceed the model's base_models\.imdb_small\.lm\.n_positions"),
+        (lambda p: p["reward_model"].update(init_from="imdb_smal"), r"reward_model\.init_from: no base model 'imdb_smal'"),
+        (lambda p: p["base_models"]["imdb_large"].update(compare_params_with="small"),
+         r"base_models\.imdb_large\.compare_params_with: no base model 'small'"),
+        (lambda p: p.update(train=None), r"train: must be a mapping, got NoneType"),
+        (lambda p: p["data"].pop("math"), r"data\.math: section missing"),
     ],
 )
 def test_bad_settings_raise_one_error_naming_them(default, edit, message):
@@ -87,13 +96,125 @@ def test_a_stage_with_a_typo_in_params_exits_with_one_line(tmp_path, default):
     result = run_stage("pipeline.prepare_imdb", path)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: params.yaml: train.ppo.learning_rat: unknown setting; did you mean 'learning_rate'?"
+        f"error: {path}: train.ppo.learning_rat: unknown setting; did you mean 'learning_rate'?"
     ]
+
+
+def test_a_yaml_syntax_error_is_one_line_naming_file_line_and_column(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("profile: default\nseeds: [0, 1\nruntime: {workers: 1}\n")
+    result = run_stage("pipeline.params", path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {path}:3:8: expected ',' or ']', but got ':' (while parsing a flow sequence at line 2)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("train:\n  ppo: {}\n\tcory: {}\n", r"params\.yaml:3:1: found character '\\t' that cannot start any token"),
+        ("train: {iterations: 3}\ntrain: {samples_to_log: 2}\n", r"params\.yaml:2:1: 'train' appears twice"),
+        ("- profile: default\n", r"params\.yaml: must hold a mapping of settings, got list"),
+    ],
+)
+def test_params_file_errors_name_the_file(tmp_path, text, message):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_params(path)
+
+
+def write_profiles(folder, overlay: str):
+    folder.mkdir()
+    (folder / "default.yaml").write_text((ROOT / "profiles" / "default.yaml").read_text())
+    (folder / "mine.yaml").write_text(overlay)
+
+
+@pytest.mark.parametrize(
+    "overlay, message",
+    [
+        ("trian: {iterations: 3}\n", r"mine\.yaml: trian: unknown top-level setting"),
+        ("train: {ppo: {lerning_rate: 0.1}}\n", r"mine\.yaml: train\.ppo\.lerning_rate: unknown setting; did you mean"),
+        ("experiments: {imdb: {train: {ppo: {lerning_rate: 0.1}}}}\n",
+         r"mine\.yaml: experiments\.imdb\.train\.ppo\.lerning_rate: unknown setting"),
+        # Under a mapping of names validation accepts a new name, which would add a run, model or task of defaults.
+        ("experiments: {imdb: {runs: {cory_no_tk: {train: {cory: {knowledge_transfer: false}}}}}}\n",
+         r"mine\.yaml: experiments\.imdb\.runs\.cory_no_tk: no such entry in profiles/default\.yaml \(did you mean 'cory_no_kt'\?\)"),
+        ("base_models: {imdb_smal: {lm: {n_layer: 1}}}\n", r"mine\.yaml: base_models\.imdb_smal: no such entry"),
+        ("evaluation: {models: {cory_llm3: x}}\n", r"mine\.yaml: evaluation\.models\.cory_llm3: no such entry"),
+        ("train:\n", r"mine\.yaml: train: must be a mapping, got NoneType"),  # an empty block, not "all defaults"
+        ("profile: other\n", r"mine\.yaml: profile: set from the file's name"),
+        ("seeds: [0\n", r"mine\.yaml:2:1: expected ',' or ']'"),
+    ],
+)
+def test_profile_overlay_errors_name_the_key_and_the_file(tmp_path, monkeypatch, overlay, message):
+    write_profiles(tmp_path / "profiles", overlay)
+    monkeypatch.setattr("pipeline.profile.PROFILES", tmp_path / "profiles")
+    with pytest.raises(ConfigError, match=message):
+        render("mine")
+
+
+def test_a_profile_may_set_settings_that_default_yaml_leaves_at_their_defaults(tmp_path, monkeypatch):
+    write_profiles(tmp_path / "profiles", "data: {imdb: {max_reviews: 2000}}\nbase_models: {math: {samples: 2}}\n")
+    monkeypatch.setattr("pipeline.profile.PROFILES", tmp_path / "profiles")
+    params = render("mine")
+    assert params["data"]["imdb"]["max_reviews"] == 2000 and params["base_models"]["math"]["samples"] == 2
+
+
+def exists(tree, dotted: str) -> bool:
+    """Whether a dotted path such as `experiments.math.train.ppo.batch_size` or `evaluation.ks[0]` is in `tree`."""
+    node = tree
+    for part in dotted.split("."):
+        key, *indices = part.replace("]", "").split("[")
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+        for index in indices:
+            if not isinstance(node, list) or int(index) >= len(node):
+                return False
+            node = node[int(index)]
+    return True
+
+
+@pytest.mark.parametrize(
+    "dotted, bad",
+    [
+        ("train.ppo.mini_batch_size", 100),
+        ("train.ppo.generation.top_p", 0.0),
+        ("train.cory.role_exchange_period", 0),
+        ("tasks.imdb.prompt_template", "no placeholder"),  # was named as experiments.imdb.runs.ppo.train.prompt_template
+        ("tasks.math.observer_template", "{query} only"),
+        ("experiments.math.train.ppo.batch_size", 0),  # was named as experiments.math.runs.ppo.train.ppo.batch_size
+        ("experiments.pareto.train.ppo.adaptive_kl", "no"),  # was experiments.pareto.runs.ppo_eta0.01.train...
+        ("experiments.imdb.runs.cory_no_kt.train.cory.knowledge_transfer", 0),
+        ("data.math.generator.min_steps", 0),
+        ("base_models.imdb_large.lm.n_head", 5),
+        ("reward_model.classifier.epochs", 0),
+        ("evaluation.ks", [1, 64]),
+        ("runtime.workers", 0),
+        ("base_models.imdb_small.pretrain.seq_len", 512),  # was "pretrain.seq_len", once the corpus was read
+        ("reward_model.classifier.max_length", 1024),  # was "classifier.max_length", once the model was built
+    ],
+)
+def test_errors_name_a_setting_path_that_exists(default, dotted, bad):
+    params = copy.deepcopy(default)
+    *parents, leaf = dotted.split(".")
+    node = params
+    for key in parents:
+        node = node[key]
+    node[leaf] = bad
+    with pytest.raises(ConfigError) as caught:
+        validate(params)
+    named = str(caught.value).split(": ")[0]
+    assert exists(default, named), f"{caught.value} names {named!r}, which is not in params.yaml"
+    assert named.startswith(dotted.rsplit(".", 1)[0])
 
 
 def test_train_stage_without_its_inputs_names_the_missing_file(tmp_path, default):
     params = copy.deepcopy(default)
     params["profile"] = "missing_inputs_test"
+    params["runtime"]["device"] = "auto"  # the default profile's "cuda" would stop it first on a CPU machine
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     result = run_stage("pipeline.train", path)
