@@ -79,7 +79,7 @@ class GenerationConfig:
     empty response carries the least summed KL penalty (seen on IMDB: length 1, entropy 0 by iteration 100)."""
 
     def __post_init__(self) -> None:
-        path = section_path("generation")
+        path = section_path("train.ppo.generation")
         lo, hi = self.response_length
         check(1 <= lo <= hi, f"{path}.response_length", f"need 1 <= min <= max, got {list(self.response_length)}")
         check(self.top_k >= 0, f"{path}.top_k", f"must be >= 0, got {self.top_k}")
@@ -168,7 +168,7 @@ class PPOConfig:
     """Sampling settings."""
 
     def __post_init__(self) -> None:
-        path = section_path("ppo")
+        path = section_path("train.ppo")
         for name in ("learning_rate", "batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs",
                      "samples_per_query"):
             check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
@@ -247,7 +247,7 @@ class CORYConfig:
     Without knowledge transfer the observer gets the pioneer's prompt (`train.prompt_template`)."""
 
     def __post_init__(self) -> None:
-        path = section_path("cory")
+        path = section_path("train.cory")
         check(self.n_agents in (1, 2), f"{path}.n_agents", f"must be 1 (PPO) or 2 (CORY), got {self.n_agents}")
         check(
             self.role_exchange_period > 0,
