@@ -20,6 +20,7 @@ Every config, model and prompt file is checked before the first run starts.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -120,16 +121,15 @@ def _digest(h, path: Path) -> None:
                 h.update(block)
 
 
-def content_digest(path_or_name: str, _cache: dict[str, str] = {}) -> str:
+@functools.cache  # one stage run hashes each model folder once, however many runs read it
+def content_digest(path_or_name: str) -> str:
     """sha256 of a local file or folder's content; a hub name (no such local path) stands for itself."""
-    if path_or_name not in _cache:
-        path = Path(path_or_name)
-        if not path.exists():
-            return f"name:{path_or_name}"
-        h = hashlib.sha256()
-        _digest(h, path)
-        _cache[path_or_name] = h.hexdigest()
-    return _cache[path_or_name]
+    path = Path(path_or_name)
+    if not path.exists():
+        return f"name:{path_or_name}"
+    h = hashlib.sha256()
+    _digest(h, path)
+    return h.hexdigest()
 
 
 def code_digest() -> str:
