@@ -41,10 +41,9 @@ class NonFiniteError(FloatingPointError):
     the source, and the trainer adds the iteration and the agent."""
 
 
-def keep_finite(scores: torch.Tensor, group_size: int = 1) -> torch.Tensor:
-    """(B,) scores -> (B,) bool: the samples to keep, i.e. those with a finite score and (groups of `group_size`
-    consecutive rows, the attempts at one query) whose whole group is finite, since a group is its own baseline."""
-    finite = torch.isfinite(scores)
+def whole_groups(finite: torch.Tensor, group_size: int = 1) -> torch.Tensor:
+    """(B,) bool -> (B,) bool: the samples to keep, i.e. the finite ones whose whole group of `group_size`
+    consecutive rows (the attempts at one query) is finite, since a group is its own baseline."""
     return finite.view(-1, group_size).all(1).repeat_interleave(group_size) if group_size > 1 else finite
 
 
@@ -123,7 +122,8 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
                 loss, stats, ratio, finite = _minibatch_loss(agent, exp, idx)
                 if not finite and cfg.on_nonfinite == "error":
                     raise NonFiniteError(f"non-finite PPO loss (policy {stats['policy_loss'].item()}, value "
-                                         f"{stats['value_loss'].item()}) in epoch {epoch}, mini-batch starting at {mb_start + start}")
+                                         f"{stats['value_loss'].item()}) in epoch {epoch}, mini-batch starting at "
+                                         f"{mb_start + start}")
                 stats_acc.append(stats)
                 # TRL skips a runaway mini-batch (mean ratio above the threshold) rather than stepping on it; a
                 # non-finite loss is skipped too. Skipping means no backward at all: TRL's `loss * 0.0` would turn

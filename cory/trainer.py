@@ -18,7 +18,7 @@ import torch
 from cory import ppo
 from cory.agents import Agent, frozen_reference, with_lora
 from cory.config import TrainConfig
-from cory.learner import Experience, NonFiniteError, keep_finite, make_experience, ppo_update
+from cory.learner import Experience, NonFiniteError, make_experience, whole_groups, ppo_update
 from cory.metrics import distinct_n
 from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
 from cory.rollout import Rollout, configure_gpu_for_rl, generate
@@ -151,7 +151,7 @@ class Trainer:
         if self.cfg.ppo.on_nonfinite == "error":
             raise NonFiniteError(f"iteration {self.iteration}: the task reward returned a non-finite score for {where} "
                                  "(ppo.on_nonfinite: skip drops such samples instead)")
-        keep = keep_finite(torch.where(finite, 0.0, float("nan")), self.cfg.ppo.samples_per_query)
+        keep = whole_groups(finite, self.cfg.ppo.samples_per_query)
         if not bool(keep.any()):
             raise NonFiniteError(f"iteration {self.iteration}: no sample left with a finite task score ({where})")
         return keep
