@@ -393,17 +393,36 @@ def sample_reference(problem: dict[str, str], rng: random.Random, wrong_fraction
 
 
 def pretraining_texts(
-    problems: list[dict[str, str]], reference_fraction: float = 0.3, wrong_fraction: float = 0.5, seed: int = 0
+    problems: list[dict[str, str]],
+    reference_fraction: float = 0.3,
+    wrong_fraction: float = 0.5,
+    seed: int = 0,
+    slip_rate: float = 0.0,
 ) -> list[str]:
-    """Every problem as a plain example, plus for a `reference_fraction` share an observer-style example too."""
+    """Every problem as a plain example, plus for a `reference_fraction` share an observer-style example too.
+
+    With `slip_rate` > 0, that share of the worked solutions (drawn per example, plain and observer alike) slips in its
+    final step (`wrong_solution`: answer moved by 1-3), as worked solutions written by people now and then do. A model
+    trained on them is usually right but not sure of it: it samples the slip at about that rate, which a correctness
+    reward can train away (the RL problems and the test set are never slipped). Slips draw from their own random
+    stream, so slip_rate 0 gives exactly the texts of a corpus without them.
+    """
     check(0.0 <= reference_fraction <= 1.0, "reference_fraction", f"must be in [0, 1], got {reference_fraction}")
     check(0.0 <= wrong_fraction <= 1.0, "wrong_fraction", f"must be in [0, 1], got {wrong_fraction}")
-    rng = random.Random(seed)
+    check(0.0 <= slip_rate < 1.0, "slip_rate", f"must be in [0, 1), got {slip_rate}")
+    rng, slips = random.Random(seed), random.Random(f"slip{seed}")
+
+    def shown(problem: dict[str, str]) -> dict[str, str]:
+        if slip_rate and slips.random() < slip_rate:
+            return {**problem, "answer": wrong_solution(problem["answer"], slips)}
+        return problem
+
     texts = []
     for problem in problems:
-        texts.append(format_example(problem))
+        texts.append(format_example(shown(problem)))
         if rng.random() < reference_fraction:
-            texts.append(format_example_with_reference(problem, sample_reference(problem, rng, wrong_fraction)))
+            reference = sample_reference(problem, rng, wrong_fraction)
+            texts.append(format_example_with_reference(shown(problem), reference))
     return texts
 
 

@@ -55,6 +55,9 @@ class BaseModelConfig:
     """Tokenizer of a scratch model (a loaded source brings its own)."""
     holdout: int = 0
     """math corpus: problems of pretrain.jsonl held out for validation perplexity (imdb has its validation split)."""
+    slip_rate: float = 0.0
+    """math corpus: share of the pretraining solutions whose final step slips (answer off by 1-3; validation, RL and
+    test problems never slip): a base that is usually right but unsure, which a correctness reward can improve."""
     lm: LMConfig = field(default_factory=LMConfig)
     """Shape of a scratch model."""
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
@@ -73,6 +76,8 @@ class BaseModelConfig:
             f"{path}.holdout",
             f"must be > 0 for the math corpus and 0 for imdb (it has a validation split), got {self.holdout}",
         )
+        check(0.0 <= self.slip_rate < 1.0, f"{path}.slip_rate", f"must be in [0, 1), got {self.slip_rate}")
+        check(self.slip_rate == 0.0 or self.corpus == "math", f"{path}.slip_rate", "applies to the math corpus only")
         check(self.samples >= 0, f"{path}.samples", f"must be >= 0, got {self.samples}")
         check(self.sample_tokens > 0, f"{path}.sample_tokens", f"must be > 0, got {self.sample_tokens}")
 
@@ -93,7 +98,7 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[st
     random.Random(cfg.pretrain.seed).shuffle(problems)
     held_out, kept = problems[: cfg.holdout], problems[cfg.holdout :]
     # mathgen's mix of plain and observer-style ("Reference: ...") examples, so the observer's prompt is familiar
-    train = pretraining_texts(kept, seed=cfg.pretrain.seed)
+    train = pretraining_texts(kept, seed=cfg.pretrain.seed, slip_rate=cfg.slip_rate)
     validation = [format_example(problem) for problem in held_out]
     return train, validation, [format_prompt(problem["question"]) for problem in held_out[: cfg.samples]]
 

@@ -11,11 +11,16 @@
 #   bash scripts/diagnostics.sh math-lora      # LoRA r=16 (the paper's 7B setting) vs full fine-tuning; held-out pass@k
 #   bash scripts/diagnostics.sh math-scale     # 32 queries x 8 attempts, lam 1, V starting at 0; LoRA lr / full; 2 seeds
 #   bash scripts/diagnostics.sh math-long      # the best two of math-scale for 250 iterations: does pass@1 keep rising?
+#   bash scripts/diagnostics.sh math-batch     # 64 queries x 8 attempts per iteration (a small model's iteration costs
+#                                              # launches, not samples): lr, optimizer steps per batch; PPO and CORY
+#   bash scripts/diagnostics.sh math-slip      # a base trained on solutions of which 30% slip in the final step
+#                                              # (base_models.math.slip_rate): PPO and CORY, one and 8 attempts per query
+#   bash scripts/diagnostics.sh math-slip3     # the k8 runs of math-slip on 3 seeds: the math issue's bar
 # Each runs its stages' prerequisites, then 2 seeds of each variant at once (scripts/variants.py), and prints LLM1's
 # metrics per block of 10 iterations (also written to $OUT/<name>.txt when $OUT is set, as on the lent GPU machine).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
-name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value}
+name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value | math-group | math-lora | math-scale | math-long | math-batch}
 P=cory.n_agents=1 C=cory.n_agents=2   # single-agent PPO / CORY
 full=ppo.kl_penalty=full nodrop=ppo.disable_dropout=true drop=ppo.disable_dropout=false
 seeds="0 1"
@@ -70,21 +75,40 @@ case "$name" in
     runs=(
       "ppo_full_lr1e-5=$P,$B256,$K8,$Z,ppo.learning_rate=1.0e-5"
       "ppo_lora_lr3e-4=$P,$L,$B256,$K8,$Z,ppo.learning_rate=3.0e-4") ;;
+  math-batch) group=math iterations=100 seeds="0 1" evaluate=1
+    Z=ppo.zero_init_value_head=true,ppo.lam=1.0
+    Q64=ppo.batch_size=512,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=8,ppo.forward_batch_size=64
+    Q64m=ppo.batch_size=512,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.forward_batch_size=64
+    runs=(
+      "ppo_q64_lr1e-5=$P,$Q64,$K8,$Z,ppo.learning_rate=1.0e-5"
+      "ppo_q64_lr3e-5=$P,$Q64,$K8,$Z,ppo.learning_rate=3.0e-5"
+      "ppo_q64_mb128_lr1e-5=$P,$Q64m,$K8,$Z,ppo.learning_rate=1.0e-5"
+      "cory_q64_lr3e-5=$C,$Q64,$K8,$Z,ppo.learning_rate=3.0e-5") ;;
+  math-slip) group=math iterations=100 seeds="0 1" evaluate=1 base=slip_rate=0.3
+    Z=ppo.zero_init_value_head=true,ppo.lam=1.0
+    Q16=ppo.batch_size=128,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.forward_batch_size=64
+    runs=("ppo=$P" "cory=$C" "ppo_k8=$P,$Q16,$K8,$Z" "cory_k8=$C,$Q16,$K8,$Z") ;;
+  math-slip3) group=math iterations=100 seeds="0 1 2" evaluate=1 base=slip_rate=0.3
+    Z=ppo.zero_init_value_head=true,ppo.lam=1.0
+    Q16=ppo.batch_size=128,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.forward_batch_size=64
+    runs=("ppo_k8=$P,$Q16,$K8,$Z" "cory_k8=$C,$Q16,$K8,$Z") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac
+params=$(mktemp --suffix .yaml)
+python3 -m scripts.variants write --group "$group" --iterations "${ITERATIONS:-$iterations}" --seeds $seeds ${evaluate:+--evaluate} \
+  ${base:+--base "$base"} $(printf -- "--run %s " "${runs[@]}") > "$params"
+export CORY_PARAMS="$params"  # the base model's settings may differ from the profile's ($base)
 if [ "$group" = imdb ]; then
   python3 -m pipeline.prepare_imdb && python3 -m pipeline.base_models imdb_small && python3 -m pipeline.reward_model
 else
   python3 -m pipeline.prepare_math && python3 -m pipeline.base_models math
 fi
-params=$(mktemp --suffix .yaml)
-python3 -m scripts.variants write --group "$group" --iterations "${ITERATIONS:-$iterations}" --seeds $seeds ${evaluate:+--evaluate} \
-  $(printf -- "--run %s " "${runs[@]}") > "$params"
 rm -rf "outputs/$(python3 -c "import yaml; print(yaml.safe_load(open('$params'))['profile'])")/runs/variants"
 # ${LIMIT}: stop the runs after this many seconds and summarise what they logged (on a lent machine's time limit)
-CORY_PARAMS="$params" timeout "${LIMIT:-0}" python3 -m pipeline.train variants || echo "pipeline.train exited $?"
-CORY_PARAMS="$params" python3 -m scripts.variants summary | tee ${OUT:+"$OUT/$name.txt"}
+timeout "${LIMIT:-0}" python3 -m pipeline.train variants || echo "pipeline.train exited $?"
+python3 -m scripts.variants summary | tee ${OUT:+"$OUT/$name.txt"}
 if [ -n "${evaluate:-}" ]; then  # held-out pass@k of each run's LLM1 beside the base model's (the evaluate stage's protocol)
+  python3 -m scripts.variants materialize | tee -a ${OUT:+"$OUT/$name.txt"}  # runs $LIMIT stopped
   python3 - "$params" <<'EOF'  # leave out runs that $LIMIT stopped before they saved their weights
 import sys, pathlib, yaml
 params = yaml.safe_load(open(sys.argv[1]))
@@ -92,5 +116,5 @@ root, seed, models = pathlib.Path("outputs", params["profile"]), params["seeds"]
 params["evaluation"]["models"] = {k: v for k, v in models.items() if (root / v.format(seed=seed) / "config.json").is_file()}
 yaml.safe_dump(params, open(sys.argv[1], "w"), sort_keys=False)
 EOF
-  CORY_PARAMS="$params" python3 -m pipeline.evaluate 2>&1 | grep "^evaluate:" | tee -a ${OUT:+"$OUT/$name.txt"}
+  python3 -m pipeline.evaluate 2>&1 | grep "^evaluate:" | tee -a ${OUT:+"$OUT/$name.txt"}
 fi

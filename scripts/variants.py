@@ -13,6 +13,8 @@ With `write --evaluate` the runs keep LLM1's weights and `evaluation.models` nam
 (comma-separated, values read as YAML, as in scripts/bench_rl.py --variant). `pipeline.train` then runs them like any
 group (all at once with runtime.workers), after the group's data and base-model stages have run.
 `summary` prints LLM1's metrics averaged over blocks of iterations, and each run's last logged samples.
+`materialize` turns the newest resume checkpoint of every run that was stopped early (a time limit) into an LLM1 model
+folder, so that `pipeline.evaluate` can score it; it prints the iteration each one reached.
 scripts/diagnostics.sh holds the diagnostics behind the default profile's report.deviations, made this way.
 """
 
@@ -35,7 +37,8 @@ METRICS = ["task_reward", "kl", "entropy", "policy_clipfrac", "approx_kl", "valu
 
 
 def write(group: str, iterations: int | None, seed_list: list[int] | None, runs: list[str],
-          evaluate: bool = False) -> dict:
+          evaluate: bool = False, base: str = "") -> dict:
+    from cory.config import merge
     from pipeline.common import load_params
 
     params = load_params()
@@ -51,6 +54,9 @@ def write(group: str, iterations: int | None, seed_list: list[int] | None, runs:
             raise ConfigError(f"--run {spec!r}: expected NAME=KEY=VALUE[,KEY=VALUE...]")
         variant_group["runs"][name] = {"train": dotted_overrides(settings)}
     params["experiments"] = {GROUP: variant_group}
+    if base:  # settings of the group's base model (then run its base_models stage with these params too)
+        model = params["tasks"][variant_group["task"]]["model"]
+        params["base_models"][model] = merge(params["base_models"][model], dotted_overrides(base))
     if evaluate:  # keep LLM1 of every run and let the evaluate stage score it next to the base model
         variant_group["save_models"] = True
         base = params["tasks"][variant_group["task"]]["model"]
@@ -78,6 +84,28 @@ def summary(root: Path, block: int = 10) -> None:
             print(f"  sample (iteration {s['iteration']}): {s['query']!r} -> {s['pioneer_response']!r}")
 
 
+def materialize(params: dict) -> None:
+    """Write <checkpoint_dir>/llm1/ from <checkpoint_dir>/resume/ for the variant runs that a time limit stopped."""
+    from safetensors.torch import load_model
+
+    from cory.experiments import load_lm
+    from cory.tokenizer import load_tokenizer
+    from pipeline.common import out_dir
+
+    base = out_dir(params, "models", params["tasks"][params["experiments"][GROUP]["task"]]["model"])
+    for resume in sorted(out_dir(params, "checkpoints", GROUP).glob("*/seed*/resume")):
+        target = resume.parent / "llm1"
+        latest = resume / "latest"
+        if (target / "config.json").is_file() or not latest.is_file():
+            continue
+        checkpoint = resume / latest.read_text().strip()
+        lm = load_lm(str(base), "cpu")
+        load_model(lm, str(checkpoint / "llm1.safetensors"))
+        lm.save_pretrained(target)
+        load_tokenizer(str(base)).save_pretrained(target)
+        print(f"materialize: {target} from {checkpoint.name} (stopped early)")
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -86,14 +114,20 @@ def main(argv: list[str]) -> None:
     w.add_argument("--iterations", type=int)
     w.add_argument("--seeds", type=int, nargs="+")
     w.add_argument("--run", action="append", required=True, help="NAME=KEY=VALUE[,KEY=VALUE...] (train settings)")
+    w.add_argument("--base", default="", help="KEY=VALUE[,KEY=VALUE...] settings of the group's base model")
     w.add_argument("--evaluate", action="store_true",
                    help="save each run's LLM1 and point `evaluation.models` at them (then: python -m pipeline.evaluate)")
     s = sub.add_parser("summary", help="print the variant runs' metrics")
     s.add_argument("root", nargs="?", help="default: outputs/<profile>/runs/variants")
+    sub.add_parser("materialize", help="LLM1 folders from the resume checkpoints of runs stopped early")
     args = parser.parse_args(argv)
     if args.command == "write":
-        yaml.safe_dump(write(args.group, args.iterations, args.seeds, args.run, args.evaluate), sys.stdout,
+        yaml.safe_dump(write(args.group, args.iterations, args.seeds, args.run, args.evaluate, args.base), sys.stdout,
                        sort_keys=False)
+    elif args.command == "materialize":
+        from pipeline.common import load_params
+
+        materialize(load_params())
     else:
         from pipeline.common import load_params, out_dir
 

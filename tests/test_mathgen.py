@@ -149,6 +149,24 @@ def test_pretraining_texts_mix_plain_and_observer_examples(problems):
     assert pretraining_texts(rows, reference_fraction=0.0) == [format_example(r) for r in rows]
 
 
+def test_slipped_pretraining_solutions_change_only_their_final_step(problems):
+    _, splits = problems
+    rows = splits["pretrain"]
+    clean = pretraining_texts(rows, seed=1)
+    assert pretraining_texts(rows, seed=1, slip_rate=0.0) == clean
+    slipped = pretraining_texts(rows, seed=1, slip_rate=0.3)
+    assert len(slipped) == len(clean)  # the same examples (plain and observer-style), some with a slipped answer
+    changed = [(a, b) for a, b in zip(clean, slipped) if a != b]
+    assert 0.2 < len(changed) / len(clean) < 0.4
+    for a, b in changed:
+        gold, wrong = a.rpartition("#### ")[2], b.rpartition("#### ")[2]
+        assert 1 <= abs(int(gold) - int(wrong)) <= 3
+        assert a.rpartition("Answer:")[0] == b.rpartition("Answer:")[0]  # question and reference untouched
+        assert a.rpartition("\n")[0].rpartition("\n")[0] == b.rpartition("\n")[0].rpartition("\n")[0]  # earlier steps too
+    with pytest.raises(ConfigError, match="slip_rate"):
+        pretraining_texts(rows, slip_rate=1.0)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Stage prepare_math (its pure functions)
 # --------------------------------------------------------------------------------------------------------------------
