@@ -60,7 +60,7 @@ class Agent:
         self.lm = lm
         self.cfg = cfg
         device = next(lm.parameters()).device
-        if cfg.disable_dropout:
+        if cfg.dropout == "none":
             disable_dropout(lm)
             value_dropout = 0.0
         self.value_head = ValueHead(hidden_size(lm), value_dropout).to(device)

@@ -122,7 +122,13 @@ class PPOConfig:
     vf_coef: float = 0.1
     """Value-loss coefficient (beta in the paper's Eq. 13)."""
     ratio_threshold: float = 10.0
-    """A mini-batch whose mean ratio exceeds this is skipped (no backward), as in TRL."""
+    """A mini-batch whose mean ratio exceeds this is skipped; how, `ratio_threshold_mode` says."""
+    ratio_threshold_mode: Literal["skip", "trl"] = "skip"
+    """What a skipped mini-batch does. "skip": no backward, so it adds nothing to its optimizer step, and a step
+    whose mini-batches were all skipped leaves the weights and Adam's moments as they were. "trl": as trl 0.7-0.11
+    (`PPOTrainer.loss` multiplies the loss by 0, `train_minibatch` still calls `optimizer.step()`): a zero gradient,
+    on which Adam still steps, moving the weights along its momentum. A non-finite loss is never backpropagated,
+    whatever the mode (`on_nonfinite`)."""
     max_grad_norm: float | None = None
     """Clip the gradient norm to this value; None disables clipping (the paper's setting)."""
     kl_penalty: Literal["kl", "abs", "mse", "full"] = "full"
@@ -142,11 +148,21 @@ class PPOConfig:
     score_clip: float | None = None
     """Clip (scaled) scores to [-score_clip, score_clip]; None disables."""
     whiten_rewards: bool = False
-    """Whiten per-token rewards before GAE (without shifting the mean), as TRL's option."""
-    disable_dropout: bool = False
-    """Set every dropout of the policy and its value head to 0. False trains with dropout on, as trl 0.7 and the
-    paper's code; true is what later RLHF code does (trl's PPOv2 `disable_dropout`, OpenRLHF), since dropout makes
-    the update's log-probs differ from the rollout's ones (taken in eval mode) before any update."""
+    """Whiten per-token rewards before GAE (without shifting the mean), as TRL's option, then set padding back to 0,
+    so no response's advantages depend on the padding after it. trl 0.7-0.11 (`compute_advantages`) does not re-mask:
+    with a right-padding tokenizer (GPT-2's default) each pad after a response gets reward
+    mean * (1 - 1 / sqrt(var + 1e-8)), which GAE carries, discounted by gamma * lam per token, into that response's
+    advantages, so they depend on how much longer the batch's longest query + response is. Not offered here (this
+    layout pads differently, so it could not match trl's numbers anyway); off in the paper and in trl by default."""
+    dropout: Literal["none", "trl", "update"] = "trl"
+    """Where the policy's and value head's dropout acts (the frozen reference never drops). "trl": as trl 0.7-0.11's
+    `PPOTrainer` really runs: the experience forward and the PPO update's forward (`batched_forward_pass`, which calls
+    `model.eval()`) have no dropout, so a step is the same at any dropout rate; but `train_minibatch` then calls
+    `model.train()` and nothing switches it back, so from the second iteration on the policy samples with dropout on
+    (the first samples in eval mode, where `from_pretrained` leaves a model). Evaluation always samples in eval mode.
+    "none": every dropout set to p = 0 (trl's PPOv2 `disable_dropout`, OpenRLHF): no dropout anywhere. "update":
+    dropout in the update's forward only, so its log-probs differ from the experience's ones before any step (ratio
+    != 1); not what trl does, but what this project ran as "dropout on" (`disable_dropout: false`) until 2026-11-27."""
     on_nonfinite: Literal["error", "skip"] = "error"
     """What a NaN or inf does. "error": a non-finite task score, loss, gradient or PPO statistic stops the run with
     an error naming the iteration, the agent and the source (one NaN score would otherwise poison the running score
@@ -185,6 +201,9 @@ class PPOConfig:
             f"{path}.kl_penalty",
             f"unknown KL estimator {self.kl_penalty!r}; choose one of {', '.join(KL_ESTIMATORS)}",
         )
+        for name in ("ratio_threshold_mode", "dropout", "on_nonfinite"):  # from_dict checks these; PPOConfig(...) too
+            allowed, value = get_args(typing.get_type_hints(PPOConfig)[name]), getattr(self, name)
+            check(value in allowed, f"{path}.{name}", f"must be one of {list(allowed)}, got {value!r}")
         for name in ("max_grad_norm", "score_clip", "forward_batch_size"):
             value = getattr(self, name)
             check(value is None or value > 0, f"{path}.{name}", f"must be > 0 or null, got {value}")

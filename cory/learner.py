@@ -64,7 +64,7 @@ def make_experience(
         rollout = replace(rollout, response_mask=rollout.response_mask * keep[:, None])
         scores = torch.where(keep, scores, 0.0)
     mask = rollout.response_mask.float()
-    agent.train(False)  # TRL's batched_forward_pass runs in eval mode: no dropout in the old log-probs
+    agent.train(False)  # trl's batched_forward_pass runs in eval mode: no dropout in the old log-probs, any mode
     chunk = cfg.forward_batch_size or len(rollout.prompts)
     parts = []
     for start in range(0, len(rollout.prompts), chunk):
@@ -110,7 +110,9 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     cfg = agent.cfg
     device = agent.device
     B = exp.scores.shape[0]
-    agent.train(True)  # TRL trains with dropout on
+    # trl computes the update's log-probs and values with the same batched_forward_pass, in eval mode: ppo.dropout
+    # "trl" (and "none") update without dropout; only "update" drops here.
+    agent.train(cfg.dropout == "update")
     skipped = skipped_steps = 0
     stats_acc = []
     for epoch in range(cfg.ppo_epochs):
@@ -125,12 +127,14 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
                                          f"{stats['value_loss'].item()}) in epoch {epoch}, mini-batch starting at "
                                          f"{mb_start + start}")
                 stats_acc.append(stats)
-                # TRL skips a runaway mini-batch (mean ratio above the threshold) rather than stepping on it; a
-                # non-finite loss is skipped too. Skipping means no backward at all: TRL's `loss * 0.0` would turn
-                # an inf loss into NaN gradients.
+                # A runaway mini-batch (mean ratio above the threshold) is skipped: no backward ("skip"), or trl's
+                # `loss * 0.0`, a zero gradient Adam still steps on ("trl"). A non-finite loss is never
+                # backpropagated: times 0 it would still give NaN gradients.
                 if not finite or not ratio <= cfg.ratio_threshold:
                     skipped += 1
-                    continue
+                    if not finite or cfg.ratio_threshold_mode == "skip":
+                        continue
+                    loss = loss * 0.0
                 (loss / cfg.gradient_accumulation_steps).backward()
             # Clip (if set) and check the gradient in one pass: a non-finite gradient (a kernel's NaN, an overflow)
             # is dropped rather than stepped on, as AMP's GradScaler does, so one bad batch cannot poison the weights.

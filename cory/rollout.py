@@ -112,16 +112,17 @@ def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch
 @torch.no_grad()
 def generate(
     model, tokenizer, prompts: list[str], gen: GenerationConfig, max_new_tokens: int, batch_size: int | None = None,
-    mixed_precision: bool = True,
+    mixed_precision: bool = True, dropout: bool = False,
 ) -> Rollout:
     """Sample one response per prompt with the paper's settings (whole batch at once unless `batch_size`; bf16
     autocast on a GPU unless `mixed_precision` is false).
 
-    `model` is a transformers causal LM. It is put in eval mode (no dropout while sampling) and left there.
+    `model` is a transformers causal LM. It samples in eval mode (no dropout), or in train mode with `dropout` (as
+    trl's policy does once updated: ppo.dropout "trl"), and gets its own mode back afterwards.
     """
     device = model_device(model)
     was_training = model.training
-    model.eval()
+    model.train(dropout)
     chunks = []
     step = batch_size or len(prompts)
     for start in range(0, len(prompts), step):

@@ -70,11 +70,14 @@ class Trainer:
         pioneer, observer = self.roles.pioneer, self.roles.observer
         lo, hi = cfg.ppo.generation.response_length
         max_new_tokens = int(self.length_rng.integers(lo, hi + 1))
+        # ppo.dropout "trl": trl's train_minibatch leaves the policy in train mode, so once updated (from the second
+        # iteration on, for both agents) it samples with dropout.
+        dropout = cfg.ppo.dropout == "trl" and self.iteration > 0
 
         with timer("generation"):
             # The pioneer answers the query (Alg. 1 line 5).
             pioneer_prompts = [cfg.prompt_template.format(query=q) for q in queries]
-            rollouts = {"pioneer": self._generate(pioneer, pioneer_prompts, max_new_tokens)}
+            rollouts = {"pioneer": self._generate(pioneer, pioneer_prompts, max_new_tokens, dropout)}
             if observer is not None:
                 # Knowledge transfer (Eq. 3): the observer sees the query and the pioneer's response.
                 prompts = (
@@ -82,7 +85,7 @@ class Trainer:
                     if cfg.cory.knowledge_transfer
                     else pioneer_prompts
                 )
-                rollouts["observer"] = self._generate(observer, prompts, max_new_tokens)
+                rollouts["observer"] = self._generate(observer, prompts, max_new_tokens, dropout)
 
         with timer("scoring"):
             # Each response is scored as an answer to the raw query (Alg. 1 lines 12-13).
@@ -171,10 +174,10 @@ class Trainer:
             for q, p, r, s in zip(queries, prompts, rollout.responses, scores)
         ]
 
-    def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int) -> Rollout:
+    def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int, dropout: bool = False) -> Rollout:
         ppo_cfg = self.cfg.ppo
         return generate(agent.lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
-                        mixed_precision=ppo_cfg.mixed_precision)
+                        mixed_precision=ppo_cfg.mixed_precision, dropout=dropout)
 
     def _role_metrics(
         self, exp: Experience, stats: dict[str, float], task: torch.Tensor, training: torch.Tensor, beta: float
