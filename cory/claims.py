@@ -1,8 +1,9 @@
 """The paper's claims as testable rules: curve statistics, the verdict rule, and one `Claim` per statement.
 
 Each claim of CORY.md §4 becomes per-seed quantities computed from the runs (`cory.report.Inputs`) and a condition
-on them. The condition is applied to every seed and to the seed means, and `verdict` turns that into "held",
-"did not hold" or "mixed"; the report prints the rule next to the numbers, so every verdict can be checked by hand.
+on them. The condition is applied to every seed whose quantities could all be computed and to the means over those
+seeds, and `verdict` turns that into "held", "did not hold", "mixed" or "not measurable"; the report prints the rule
+next to the per-seed numbers the verdict was read from, so every verdict can be checked by hand.
 Statistics work on one seed's curve (a 1-D array over iterations). "CORY" in a rule means each of LLM1 and LLM2.
 """
 
@@ -19,7 +20,7 @@ import pandas as pd
 from cory.results import Inputs, Run
 
 if TYPE_CHECKING:
-    from cory.report import ReportConfig
+    from cory.settings import ReportConfig
 
 HELD, NOT_HELD, MIXED, NOT_MEASURABLE = "held", "did not hold", "mixed", "not measurable"
 
@@ -64,13 +65,14 @@ def reach_iteration(y: np.ndarray, window: int, last_n: int, fraction: float = 0
     return float(reached[0]) if len(reached) else math.nan
 
 
-def peak(y: np.ndarray, window: int, last_n: int) -> tuple[float, float]:
-    """(iteration of the smoothed curve's maximum, (peak - final value) / (peak - iteration 0)); the share is NaN
-    when the curve never rises above iteration 0."""
+def peak(y: np.ndarray, window: int, last_n: int) -> tuple[float, float, float]:
+    """(iteration of the smoothed curve's maximum, its rise = peak - smoothed start, its fall = peak - final value).
+
+    Start and peak are both read off the smoothed curve, so one noisy first batch cannot fake a rise; a curve whose
+    maximum is its start has rise 0 (never negative: the maximum is at least the start)."""
     s = smooth(y, window)
     top = int(np.argmax(s))
-    rise = s[top] - y[0]
-    return float(top), float((s[top] - final_value(y, last_n)) / rise) if rise > 0 else math.nan
+    return float(top), float(s[top] - s[0]), float(s[top] - final_value(y, last_n))
 
 
 def curve_gap(a: np.ndarray, b: np.ndarray, window: int) -> float:
@@ -91,13 +93,19 @@ def dominated_share(ppo: list[tuple[float, float]], cory: list[tuple[float, floa
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def verdict(on_means: bool, per_seed: list[bool]) -> str:
-    """held: the rule holds on the seed means AND on every seed; did not hold: on neither the means nor any seed;
-    mixed: anything in between."""
-    if on_means and all(per_seed):
-        return HELD
-    if not on_means and not any(per_seed):
-        return NOT_HELD
+def verdict(on_means: bool | None, per_seed: list[bool | None]) -> str:
+    """The verdict from the rule's outcome on the seed means and on each seed (None: not measurable there).
+
+    held: the rule holds on the means AND on every seed; did not hold: on neither the means nor any seed; not
+    measurable: on no seed; mixed: anything in between, including a rule measured on some seeds only (the report's
+    per-seed table then shows which)."""
+    if on_means is None or all(ok is None for ok in per_seed):
+        return NOT_MEASURABLE
+    if None not in per_seed:
+        if on_means and all(per_seed):
+            return HELD
+        if not on_means and not any(per_seed):
+            return NOT_HELD
     return MIXED
 
 
@@ -124,21 +132,30 @@ class Claim:
     def values(self, seed: int) -> dict[str, float]:
         return {label: v[seed] if seed in v else v[None] for label, v in self.quantities.items()}
 
+    def holds(self) -> dict[int, bool | None]:
+        """seed -> whether the rule holds on that seed; None where a quantity is NaN or infinite there (not
+        measurable: e.g. a slope over a 1-iteration run, or a ratio to a zero)."""
+        return {seed: bool(self.condition(v)) if all(math.isfinite(x) for x in v.values()) else None
+                for seed, v in ((s, self.values(s)) for s in self.seeds)}
+
+    @property
+    def measured_seeds(self) -> list[int]:
+        """The seeds the rule could be applied to: every quantity finite."""
+        return [seed for seed, ok in self.holds().items() if ok is not None]
+
     def means(self) -> dict[str, float]:
-        """label -> mean over the common seeds (NaN without any)."""
-        seeds = self.seeds
+        """label -> mean over the measured seeds (NaN without any): the same seeds the per-seed verdicts count."""
+        seeds = self.measured_seeds
         return {label: float(np.mean([self.values(s)[label] for s in seeds])) if seeds else math.nan
                 for label in self.quantities}
 
-    def holds(self) -> dict[int, bool]:
-        return {seed: bool(self.condition(self.values(seed))) for seed in self.seeds}
+    def holds_on_means(self) -> bool | None:
+        """The rule on the means over the measured seeds; None without any measured seed."""
+        return bool(self.condition(self.means())) if self.measured_seeds else None
 
     @property
     def verdict(self) -> str:
-        means = self.means()
-        if not self.seeds or any(math.isnan(v) for v in means.values()):
-            return NOT_MEASURABLE  # e.g. a slope over a 1-iteration run, or a gain that never happened
-        return verdict(bool(self.condition(means)), list(self.holds().values()))
+        return verdict(self.holds_on_means(), list(self.holds().values()))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -177,6 +194,25 @@ def drawdown(run: Run, key: str, cfg: ReportConfig) -> PerSeed:
 def partner_coef(run: Run) -> float:
     """c of the collective reward r_self + c * r_partner the run was trained with (from its config.json)."""
     return float(run.config.get("cory", {}).get("partner_reward_coef", math.nan))
+
+
+def combined_eta(run: Run) -> float:
+    """eta of the combined reward r - eta * KL the run logged (TrainConfig.eta: train.combined_reward_eta, or
+    ppo.init_kl_coef where that is null), from its config.json."""
+    eta = run.config.get("combined_reward_eta")
+    return float(eta if eta is not None else run.config.get("ppo", {}).get("init_kl_coef", math.nan))
+
+
+def eta_text(runs: dict[str, Run]) -> str:
+    """The combined reward's eta of the runs (label -> run): "η = 0.3", or one per run where they differ."""
+    etas = {label: combined_eta(run) for label, run in runs.items()}
+    if len(set(etas.values())) == 1:
+        return f"η = {next(iter(etas.values())):g}"
+    return "η = " + ", ".join(f"{eta:g} ({label})" for label, eta in etas.items())
+
+
+COMBINED = "combined reward r - η·KL"
+ETA_SOURCE = "train.combined_reward_eta, else ppo.init_kl_coef"
 
 
 def build_claims(inputs: Inputs, cfg: ReportConfig) -> list[Claim]:
@@ -226,8 +262,8 @@ def imdb_claims(imdb: dict[str, Run], cfg: ReportConfig) -> list[Claim]:
     q.update({f"CORY-{x} combined-reward slope": slope(cory, _key(x, "combined_reward")) for x in LLMS})
     claims.append(Claim(
         "imdb_combined_reward", "fig3_imdb.png", "CORY's combined reward keeps rising while PPO's falls (Fig. 3c).",
-        "least-squares slope of the combined reward over the second half of training: > 0 for CORY-LLM1 and "
-        "CORY-LLM2, < 0 for PPO.", q,
+        f"least-squares slope of the {COMBINED} ({eta_text({'PPO': ppo, 'CORY': cory})}; {ETA_SOURCE}) over the "
+        "second half of training: > 0 for CORY-LLM1 and CORY-LLM2, < 0 for PPO.", q,
         lambda v: all(v[f"CORY-{x} combined-reward slope"] > 0 for x in LLMS) and v["PPO combined-reward slope"] < 0))
 
     def reach(run: Run) -> PerSeed:
@@ -252,15 +288,19 @@ def math_claims(maths: dict[str, Run], cfg: ReportConfig) -> list[Claim]:
     claims = []
 
     length = min(len(h) for h in ppo.histories.values())
-    top, fall = "PPO peak iteration (smoothed task reward)", "PPO fall after the peak (share of its gain)"
-    q = {top: ppo.per_seed("llm1/task_reward", lambda y: peak(y, w, n)[0]),
-         fall: ppo.per_seed("llm1/task_reward", lambda y: peak(y, w, n)[1])}
+    top, rise, fall = ("PPO peak iteration (smoothed task reward)", "PPO rise: peak - smoothed start",
+                       "PPO fall: peak - final value")
+    q = {label: ppo.per_seed("llm1/task_reward", lambda y, i=i: peak(y, w, n)[i])
+         for i, label in enumerate((top, rise, fall))}
     claims.append(Claim(
         "math_ppo_peak", "fig4_math.png",
         f"{task}: PPO's task reward peaks (near iteration 50), then declines (Fig. 4a).",
-        f"the maximum of PPO's task reward smoothed over {w} iterations comes before the last {n} of {length} "
-        f"iterations, and the final value lies at least {cfg.decline:g} x (peak - iteration 0) below the peak.", q,
-        lambda v: v[top] < length - n and v[fall] >= cfg.decline))
+        f"rises, then falls: the maximum of PPO's task reward smoothed over {w} iterations comes no earlier than "
+        f"iteration {w} (a whole smoothing window after the start, so a curve that falls from its first iterations "
+        f"cannot pass) and before the last {n} of {length} iterations; it lies above the smoothed start (rise > 0); "
+        f"and the final value lies at least {cfg.decline:g} x rise below the peak (fall >= {cfg.decline:g} x rise).",
+        q,
+        lambda v: w <= v[top] < length - n and v[rise] > 0 and v[fall] >= cfg.decline * v[rise]))
 
     q = {"PPO max drawdown of task reward": drawdown(ppo, "llm1/task_reward", cfg)}
     q.update({f"CORY-{x} max drawdown of task reward": drawdown(cory, _key(x, "task_reward"), cfg) for x in LLMS})
@@ -281,8 +321,8 @@ def math_claims(maths: dict[str, Run], cfg: ReportConfig) -> list[Claim]:
     q = {f"CORY-{x} combined-reward slope": slope(cory, _key(x, "combined_reward")) for x in LLMS}
     claims.append(Claim(
         "math_cory_combined", "fig4_math.png", f"{task}: CORY's combined reward rises steadily (Fig. 4c).",
-        "least-squares slope of the combined reward over the second half of training > 0 for CORY-LLM1 and CORY-LLM2.",
-        q, lambda v: all(x > 0 for x in v.values())))
+        f"least-squares slope of the {COMBINED} ({eta_text({'CORY': cory})}; {ETA_SOURCE}) over the second half of "
+        "training > 0 for CORY-LLM1 and CORY-LLM2.", q, lambda v: all(x > 0 for x in v.values())))
     return claims
 
 

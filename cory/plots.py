@@ -1,8 +1,10 @@
-"""The paper's figures as matplotlib PNGs: plain arrays in, one file out (no run folders, no pandas).
+"""The paper's figures as matplotlib figures: plain arrays in, one `Figure` out, written by `save` (no run folders,
+no pandas).
 
-Every curve is a `Series`: a mean over seeds with its std drawn as a shaded band (no band for a single seed). A
-model keeps the same colour and line style in every figure (`STYLES`), so PPO, CORY-LLM1, CORY-LLM2 ... read the
-same way across Figs. 3-6; a legend is drawn once per figure, below the panels.
+Every curve is a `Series`: the mean over seeds with a shaded band from the lowest to the highest seed (no band for a
+single seed). A min-max band, unlike mean +/- std, never leaves the range the quantity can take: a KL band stays above
+0, a pass@k band inside [0, 1]. A model keeps the same colour and line style in every figure (`STYLES`), so PPO,
+CORY-LLM1, CORY-LLM2 ... read the same way across Figs. 3-6; a legend is drawn once per figure, below the panels.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ matplotlib.use("Agg")  # files only: no display on the GPU machine or in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.text import Annotation  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+BAND = "lowest to highest seed"
+"""What every shaded band and error bar spans (for titles and captions)."""
 
 STYLES: dict[str, tuple[str, str, str]] = {
     # label -> (colour, line style, marker)
@@ -43,12 +50,14 @@ def style(label: str, index: int) -> tuple[str, str, str]:
 
 @dataclass
 class Series:
-    """One curve: mean over seeds at each x, with the std over seeds (None or n_seeds 1: no band)."""
+    """One curve: the mean over seeds at each x, with the band [low, high] (lowest and highest seed; None or
+    n_seeds 1: no band)."""
 
     label: str
     x: np.ndarray
     mean: np.ndarray
-    std: np.ndarray | None = None
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
     n_seeds: int = 1
 
 
@@ -64,16 +73,17 @@ class Panel:
 
 @dataclass
 class FrontierPoint:
-    """A run's final (task reward, KL), mean and std over seeds, at KL coefficient eta."""
+    """A run's final (task reward, KL) at KL coefficient eta: the mean over seeds and the lowest and highest seed."""
 
     eta: float
     reward: float
-    reward_std: float
+    reward_range: tuple[float, float]
     kl: float
-    kl_std: float
+    kl_range: tuple[float, float]
 
 
-def _save(fig, path: str | Path) -> Path:
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write the figure as a PNG and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -101,13 +111,13 @@ def _draw(ax, series: Series, index: int, markers: bool = False) -> None:
     # Markers on short curves only: on 100 iterations they would hide the line.
     ax.plot(x, mean, color=colour, linestyle=linestyle, linewidth=1.8, label=label,
             marker=marker if markers or len(x) <= 12 else None, markersize=5)
-    if series.std is not None and series.n_seeds > 1:
-        std = np.asarray(series.std, float)
-        ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.18, linewidth=0)
+    if series.low is not None and series.high is not None and series.n_seeds > 1:
+        ax.fill_between(x, np.asarray(series.low, float), np.asarray(series.high, float), color=colour, alpha=0.18,
+                        linewidth=0)
 
 
-def curves_figure(panels: list[Panel], title: str, path: str | Path) -> Path:
-    """Panels side by side, each with mean +/- std curves over x (Figs. 3, 4, 6 and the cooperation figure)."""
+def curves_figure(panels: list[Panel], title: str) -> Figure:
+    """Panels side by side, each with mean curves and min-max bands over x (Figs. 3, 4, 6, cooperation, diversity)."""
     fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.8), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         for i, series in enumerate(panel.series):
@@ -120,35 +130,119 @@ def curves_figure(panels: list[Panel], title: str, path: str | Path) -> Path:
     fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     _legend_below(fig, axes)
-    return _save(fig, path)
+    return fig
 
 
-def pareto_figure(frontiers: dict[str, list[FrontierPoint]], title: str, path: str | Path,
-                  annotated: tuple[str, ...] | None = None) -> Path:
-    """Fig. 2(c): final task reward (x) against -KL (y), one point per eta with std error bars, joined by eta.
+# --------------------------------------------------------------------------------------------------------------------
+# Fig. 2(c): the Pareto frontiers, with eta labels that do not overlap
+# --------------------------------------------------------------------------------------------------------------------
 
-    The points of the frontiers named in `annotated` (all if None) are labelled with their eta."""
+MARKER_SIZE = 7
+"""Marker size (points) of the frontier points."""
+_DIRECTIONS = [(1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1)]
+_DISTANCES = (5, 12, 22, 34)
+"""Offsets (points) of a label from its point tried by `place_labels`; beyond the second, a leader line is drawn."""
+
+
+def _overlap(box: np.ndarray, boxes: np.ndarray) -> float:
+    """Summed area (pixels^2) of the overlap of `box` (x0, y0, x1, y1) with each row of `boxes` (N, 4)."""
+    w = np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0])
+    h = np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1])
+    return float(np.sum(np.clip(w, 0, None) * np.clip(h, 0, None)))
+
+
+def _squares(xy: np.ndarray, half: float) -> np.ndarray:
+    """(N, 4) boxes of side 2 * half around the pixel positions xy (N, 2)."""
+    return np.hstack([xy - half, xy + half]) if len(xy) else np.zeros((0, 4))
+
+
+def _line_points(ax, step: float = 4.0) -> np.ndarray:
+    """Pixel positions every `step` pixels along every line of the axes (curves and error bars), (N, 2)."""
+    polylines = [line.get_transform().transform(line.get_xydata()) for line in ax.lines]
+    for collection in ax.collections:  # error bars: one segment per bar
+        polylines += [ax.transData.transform(segment) for segment in getattr(collection, "get_segments", list)()]
+    points = [np.zeros((0, 2))]
+    for xy in polylines:
+        for a, b in zip(xy[:-1], xy[1:]):
+            n = max(int(np.hypot(*(b - a)) // step), 1)
+            points.append(a + np.linspace(0, 1, n + 1)[:, None] * (b - a))
+    return np.vstack(points)
+
+
+def place_labels(ax, labels: list[tuple[float, float, str, str]], avoid: list[tuple[float, float]]) -> list[Annotation]:
+    """Label data points (x, y, text, colour) next to them without covering each other, the axes' edge or a marker
+    (at `avoid`), and preferably close to their point and off the lines.
+
+    Greedy: each label takes, of 8 directions x 4 distances around its point, the position of least cost: overlap
+    with the labels placed so far, the markers and the outside of the axes first (any of it outweighs the rest),
+    then overlap with thin boxes along the lines, then distance. A label set far off gets a thin leader line to
+    its point. The axes must be laid out first (limits and position fixed): the boxes are in pixels."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    frame = np.array([[frame.x0, frame.y0, frame.x1, frame.y1]])
+    points_px = fig.dpi / 72
+    hard = _squares(ax.transData.transform(np.asarray(avoid, float).reshape(-1, 2)), MARKER_SIZE / 2 * points_px + 1)
+    lines = _squares(_line_points(ax), 1.5)
+    placed = []
+    for x, y, text, colour in labels:
+        probe = ax.annotate(text, (x, y), fontsize=8)
+        size = probe.get_window_extent(renderer).size + 2  # 1 pixel of padding on each side
+        probe.remove()
+        px, py = ax.transData.transform((x, y))
+        best = None
+        for distance in _DISTANCES:
+            for dx, dy in _DIRECTIONS:
+                # the text's anchor corner sits at the offset: left/centre/right, bottom/centre/top by direction
+                x0 = px + dx * distance * points_px - (1 - dx) / 2 * size[0]
+                y0 = py + dy * distance * points_px - (1 - dy) / 2 * size[1]
+                box = np.array([x0, y0, x0 + size[0], y0 + size[1]])
+                outside = size[0] * size[1] - _overlap(box, frame)
+                cost = 1e6 * (outside + _overlap(box, hard)) + _overlap(box, lines) + 4 * distance
+                if best is None or cost < best[0]:
+                    best = (cost, box, distance, dx, dy)
+        _, box, distance, dx, dy = best
+        leader = dict(arrowprops=dict(arrowstyle="-", color=colour, linewidth=0.6, alpha=0.7, shrinkA=0, shrinkB=4)
+                      ) if distance > _DISTANCES[1] else {}
+        placed.append(ax.annotate(text, (x, y), xytext=(dx * distance, dy * distance), textcoords="offset points",
+                                  fontsize=8, color=colour, ha={1: "left", 0: "center", -1: "right"}[dx],
+                                  va={1: "bottom", 0: "center", -1: "top"}[dy], **leader))
+        hard = np.vstack([hard, box])
+    return placed
+
+
+def pareto_figure(frontiers: dict[str, list[FrontierPoint]], title: str) -> Figure:
+    """Fig. 2(c): final task reward (x) against -KL (y), one point per eta with min-max error bars over seeds,
+    joined in order of eta. Every point is labelled with its eta in its frontier's colour, the labels set apart
+    (`place_labels`)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     for i, (label, points) in enumerate(frontiers.items()):
         colour, linestyle, marker = style(label, i)
         points = sorted(points, key=lambda p: p.eta)
-        ax.errorbar([p.reward for p in points], [-p.kl for p in points],
-                    xerr=[p.reward_std for p in points], yerr=[p.kl_std for p in points],
-                    color=colour, linestyle=linestyle, marker=marker, markersize=7, capsize=3, label=label)
-        for p in points if annotated is None or label in annotated else []:
-            ax.annotate(f"η={p.eta:g}", (p.reward, -p.kl), textcoords="offset points", xytext=(6, 6 - 14 * i),
-                        fontsize=8, color=colour)
+        reward, kl = np.array([p.reward for p in points]), np.array([p.kl for p in points])
+        reward_range, kl_range = np.array([p.reward_range for p in points]), np.array([p.kl_range for p in points])
+        # error bars are distances below and above the point; the y axis is -KL, so KL's highest seed lies below
+        ax.errorbar(reward, -kl, xerr=[reward - reward_range[:, 0], reward_range[:, 1] - reward],
+                    yerr=[kl_range[:, 1] - kl, kl - kl_range[:, 0]], color=colour, linestyle=linestyle,
+                    marker=marker, markersize=MARKER_SIZE, capsize=3, label=label)
     ax.set_xlabel("task reward after training (higher is better)")
     ax.set_ylabel(r"$-$KL$(\pi_\theta \,\|\, \pi_0)$ after training (higher is better)")
     ax.set_title(title, fontsize=12)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=10)
+    ax.margins(0.12)  # room for the labels of the outermost points
+    ax.set_xlim(ax.get_xlim())  # freeze the autoscaled limits: the labels are placed in pixels
+    ax.set_ylim(ax.get_ylim())
     fig.tight_layout()
-    return _save(fig, path)
+    _legend_below(fig, ax)  # outside the axes, where no label goes
+    every = [(p.reward, -p.kl) for points in frontiers.values() for p in points]
+    labels = [(p.reward, -p.kl, f"η={p.eta:g}", style(name, i)[0])
+              for i, (name, points) in enumerate(frontiers.items()) for p in sorted(points, key=lambda p: p.eta)]
+    place_labels(ax, labels, every)
+    return fig
 
 
-def passk_figure(curves: list[Series], title: str, path: str | Path) -> Path:
-    """Fig. 5: pass@k against k on a log2 axis, one curve per model, mean +/- std over training seeds."""
+def passk_figure(curves: list[Series], title: str) -> Figure:
+    """Fig. 5: pass@k against k on a log2 axis, one curve per model, mean and min-max band over training seeds."""
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     for i, series in enumerate(curves):
         _draw(ax, series, i, markers=True)
@@ -161,4 +255,4 @@ def passk_figure(curves: list[Series], title: str, path: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig

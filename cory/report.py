@@ -4,71 +4,45 @@
 (cory.plots) and writes the markdown. Every number in the report is computed from the run files; every verdict comes
 from a written rule applied by `cory.claims.verdict`, never from hand-written text.
 
-Conventions: a run's *final* value of a metric is the mean over its last `last_n` iterations, per seed; the report
-gives mean +/- std over seeds (population std, ddof 0, as eval/passk.json). "CORY" in a claim means each of LLM1 and
-LLM2, so both copies must show the effect.
+Conventions: a run's *final* value of a metric is the mean over its last `last_n` iterations, per seed; the tables
+give mean +/- std over seeds (population std, ddof 0, as eval/passk.json), the std to 2 significant digits and the
+mean and per-seed values to the same decimal place (`mean_std`); the figures draw the mean over seeds with a band
+from the lowest to the highest seed, which, unlike mean +/- std, never leaves the range a quantity can take (KL >= 0).
+"CORY" in a claim means each of LLM1 and LLM2, so both copies must show the effect.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from cory import plots
 from cory.roles import TABLE3_QUERIES
 from cory.claims import (
+    COMBINED,
+    ETA_SOURCE,
     HELD,
     MIXED,
     NOT_HELD,
     NOT_MEASURABLE,
     Claim,
     build_claims,
+    eta_text,
     final_value,
     partner_coef,
     smooth,
 )
-from cory.config import check, section_path
 from cory.metrics import glossary_markdown
 from cory.results import PARETO_GROUP, Inputs, Run, load_inputs
+from cory.settings import ReportConfig
 
 """The IMDB prompts of the paper's qualitative Table 3; samples.md shows them first where a run logged them."""
-
-
-@dataclass
-class ReportConfig:
-    """The report stage (params `report`): how final values, stability and the verdict rules are computed."""
-
-    last_n: int = 10
-    """Final value of a metric = mean over the last last_n iterations of a run (capped at the run's length)."""
-    stability_window: int = 10
-    """Centred rolling mean (iterations) applied before drawdowns, peaks and curve gaps, to look past batch noise."""
-    tolerance: float = 0.2
-    """"Similar" / "nearly coincide": a difference of at most this fraction of the curve's scale (see each rule)."""
-    kl_ratio: float = 2.0
-    """The paper's "PPO's final KL is more than 2x CORY's"."""
-    decline: float = 0.1
-    """"Peaks then declines": the final value lies this share of the peak's gain (over iteration 0) below the peak."""
-    samples: int = 3
-    """Generations per table in samples.md."""
-    plot_smoothing: int = 1
-    """Centred rolling mean (iterations) of each seed's curve in the figures; 1 draws the raw curves."""
-    deviations: dict[str, str] = field(default_factory=dict)
-    """Settings that differ from the paper's (Tables 1-2) -> why; REPORT.md lists them. Kept in the profile, beside
-    the settings they explain."""
-
-    def __post_init__(self) -> None:
-        path = section_path("report")
-        for name in ("last_n", "stability_window", "plot_smoothing"):
-            check(getattr(self, name) >= 1, f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        check(self.tolerance > 0, f"{path}.tolerance", f"must be > 0, got {self.tolerance}")
-        check(self.kl_ratio > 0, f"{path}.kl_ratio", f"must be > 0, got {self.kl_ratio}")
-        check(0 < self.decline < 1, f"{path}.decline", f"must be in (0, 1), got {self.decline}")
-        check(self.samples >= 0, f"{path}.samples", f"must be >= 0, got {self.samples}")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -80,11 +54,19 @@ KL_LABEL = r"KL$(\pi_\theta \,\|\, \pi_0)$, summed over the response"
 COMBINED_LABEL = r"combined reward $r - \eta\,$KL"
 
 
+class Drawn(NamedTuple):
+    """A figure of the report, not yet written, and its caption in REPORT.md."""
+
+    figure: Figure
+    caption: str
+
+
 def series(run: Run, key: str, label: str, smoothing: int = 1) -> plots.Series:
-    """Mean and std over seeds at each iteration every seed reached (a crashed seed shortens the curve)."""
+    """Mean over seeds with the lowest and highest seed at each iteration every seed reached (a crashed seed
+    shortens the curve)."""
     frame = pd.DataFrame({s: pd.Series(smooth(y, smoothing)) for s, y in run.curves(key).items()}).dropna()
-    return plots.Series(label, frame.index.to_numpy(), frame.mean(axis=1).to_numpy(),
-                        frame.std(axis=1, ddof=0).to_numpy(), n_seeds=frame.shape[1])
+    return plots.Series(label, frame.index.to_numpy(), frame.mean(axis=1).to_numpy(), frame.min(axis=1).to_numpy(),
+                        frame.max(axis=1).to_numpy(), n_seeds=frame.shape[1])
 
 
 def _panels(curves: list[tuple[Run, str, str]], metrics: list[tuple[str, str, str]], smoothing: int):
@@ -93,68 +75,98 @@ def _panels(curves: list[tuple[Run, str, str]], metrics: list[tuple[str, str, st
             for metric, title, ylabel in metrics]
 
 
-def _frontier(runs: dict[float, Run], who: str, last_n: int) -> list[plots.FrontierPoint]:
-    """One point per eta: final task reward and KL, mean and std over seeds."""
+def frontier(runs: dict[float, Run], who: str, last_n: int) -> list[plots.FrontierPoint]:
+    """One point per eta of a sweep (any task): final task reward and KL, mean and range over seeds."""
     points = []
     for eta, run in runs.items():
         reward = list(run.per_seed(f"{who}/task_reward", lambda y: final_value(y, last_n)).values())
         kl = list(run.per_seed(f"{who}/kl", lambda y: final_value(y, last_n)).values())
-        points.append(plots.FrontierPoint(eta, np.mean(reward), np.std(reward), np.mean(kl), np.std(kl)))
+        points.append(plots.FrontierPoint(eta, float(np.mean(reward)), (min(reward), max(reward)),
+                                          float(np.mean(kl)), (min(kl), max(kl))))
     return points
 
 
-def _three_panels(task: str) -> list[tuple[str, str, str]]:
-    return [("task_reward", "(a) task reward", TASK_REWARD[task]), ("kl", "(b) KL divergence", KL_LABEL),
-            ("combined_reward", "(c) combined reward", COMBINED_LABEL)]
+def pareto_frontiers(sweep: dict[str, dict[float, Run]], last_n: int) -> dict[str, list[plots.FrontierPoint]]:
+    """The frontiers of Fig. 2(c) from a KL-coefficient sweep ("ppo" / "cory" -> eta -> Run), whatever its task."""
+    return {"PPO": frontier(sweep["ppo"], "llm1", last_n), "CORY-LLM1": frontier(sweep["cory"], "llm1", last_n),
+            "CORY-LLM2": frontier(sweep["cory"], "llm2", last_n)}
 
 
-def draw_figures(inputs: Inputs, cfg: ReportConfig, out: Path) -> dict[str, Path]:
-    """Every figure of the report as out/<name>.png; returns name -> path."""
+def _reward_kl(task: str) -> list[tuple[str, str, str]]:
+    return [("task_reward", "(a) task reward", TASK_REWARD[task]), ("kl", "(b) KL divergence", KL_LABEL)]
+
+
+def _with_combined(task: str, eta: str) -> list[tuple[str, str, str]]:
+    """Task reward, KL and the combined reward, whose eta (`eta_text`) the panel title states."""
+    return [*_reward_kl(task), ("combined_reward", f"(c) combined reward, {eta}", COMBINED_LABEL)]
+
+
+def _over_seeds(n: int, mark: str = "band", unit: str = "seeds") -> str:
+    """How a figure sums up its seeds, for its title: "mean of 3 seeds, band: lowest to highest seed"."""
+    return f"mean of {n} {unit}, {mark}: {plots.BAND}" if n > 1 else f"1 {unit.removesuffix('s')}"
+
+
+def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
+    """Every figure of the report (name -> figure and caption); `write_report` saves them as <name>.png."""
     imdb, maths, k = inputs.runs["imdb"], inputs.runs["math"], cfg.plot_smoothing
-    n_seeds = len(imdb["ppo"].seeds)
-    spread = f"mean ± std over {n_seeds} seeds" if n_seeds > 1 else "1 seed"
+    n = len(imdb["ppo"].seeds)
+    spread = _over_seeds(n)
+    bands = f"Lines: the mean of {n} seeds; shaded bands: {plots.BAND}." if n > 1 else "One seed: no band."
     main_imdb = [(imdb["ppo"], "llm1", "PPO"), (imdb["ppo_2x"], "llm1", "PPO-2x"),
                  (imdb["cory"], "llm1", "CORY-LLM1"), (imdb["cory"], "llm2", "CORY-LLM2")]
+    main_math = [(maths["ppo"], "llm1", "PPO"), (maths["cory"], "llm1", "CORY-LLM1"),
+                 (maths["cory"], "llm2", "CORY-LLM2")]
     figures = {}
-    figures["fig3_imdb"] = plots.curves_figure(
-        _panels(main_imdb, _three_panels("imdb"), k),
-        f"Fig. 3 (reproduced): IMDB, PPO vs PPO-2x vs CORY ({spread})", out / "fig3_imdb.png")
-    figures["fig4_math"] = plots.curves_figure(
-        _panels([(maths["ppo"], "llm1", "PPO"), (maths["cory"], "llm1", "CORY-LLM1"),
-                 (maths["cory"], "llm2", "CORY-LLM2")], _three_panels("math"), k),
-        f"Fig. 4 (reproduced): math word problems, PPO vs CORY ({spread})", out / "fig4_math.png")
+    for name, task, curves, figure, what in (
+        ("fig3_imdb", "imdb", main_imdb, "Fig. 3", "IMDB, PPO vs PPO-2x vs CORY"),
+        ("fig4_math", "math", main_math, "Fig. 4", "Math word problems, PPO vs CORY"),
+    ):
+        eta = eta_text({label: run for run, _, label in curves})
+        figures[name] = Drawn(
+            plots.curves_figure(_panels(curves, _with_combined(task, eta), k),
+                                f"{figure} (reproduced): {what} ({spread})"),
+            f"{what}: task reward, KL and {COMBINED} ({eta}; {ETA_SOURCE}). {bands}")
     ablations = [(imdb["cory"], "llm1", "CORY-LLM1"), (imdb["cory_no_kt"], "llm1", "CORY w/o KT (LLM1)"),
                  (imdb["cory_no_rex"], "pioneer", "CORY w/o REx, pioneer"),
                  (imdb["cory_no_rex"], "observer", "CORY w/o REx, observer"), (imdb["ppo"], "llm1", "PPO")]
-    figures["fig6_ablations"] = plots.curves_figure(
-        _panels(ablations, _three_panels("imdb")[:2], k),
-        f"Fig. 6 (reproduced): IMDB ablations of knowledge transfer (KT) and role exchange (REx) ({spread})",
-        out / "fig6_ablations.png")
+    figures["fig6_ablations"] = Drawn(plots.curves_figure(
+        _panels(ablations, _reward_kl("imdb"), k),
+        f"Fig. 6 (reproduced): IMDB ablations of knowledge transfer (KT) and role exchange (REx) ({spread})"),
+        f"IMDB ablations: task reward and KL. {bands}")
     coop, comp = imdb["cory"], imdb["cory_competitive"]
-    figures["fig_coop_vs_comp"] = plots.curves_figure(
+    figures["fig_coop_vs_comp"] = Drawn(plots.curves_figure(
         _panels([(coop, "llm1", f"LLM1, cooperative (c = {partner_coef(coop):g})"),
-                 (comp, "llm1", f"LLM1, competitive (c = {partner_coef(comp):g})")], _three_panels("imdb")[:2], k),
-        f"Cooperative vs competitive partner reward $r_{{self}} + c\\,r_{{partner}}$, IMDB ({spread})",
-        out / "fig_coop_vs_comp.png")
-    figures["fig_diversity"] = plots.curves_figure(
-        _panels(main_imdb, [("distinct_2", "(a) distinct-2 of the responses", "distinct bigrams / bigrams"),
-                            ("entropy", "(b) policy entropy", "entropy per token (nats)"),
-                            ("response_length", "(c) response length", "tokens")], k),
-        f"Training stability and diversity, IMDB ({spread})", out / "fig_diversity.png")
-    frontiers = {"PPO": _frontier(inputs.pareto["ppo"], "llm1", cfg.last_n),
-                 "CORY-LLM1": _frontier(inputs.pareto["cory"], "llm1", cfg.last_n),
-                 "CORY-LLM2": _frontier(inputs.pareto["cory"], "llm2", cfg.last_n)}
-    figures["fig2c_pareto"] = plots.pareto_figure(
-        frontiers, f"Fig. 2(c) (reproduced): PPO vs CORY over the KL coefficient η\n"
-        f"final values, {spread}", out / "fig2c_pareto.png", annotated=("PPO", "CORY-LLM1"))
+                 (comp, "llm1", f"LLM1, competitive (c = {partner_coef(comp):g})")], _reward_kl("imdb"), k),
+        f"Cooperative vs competitive partner reward $r_{{self}} + c\\,r_{{partner}}$, IMDB ({spread})"),
+        f"IMDB, LLM1 trained on r_self + c r_partner: task reward and KL. {bands}")
+    # No response-length panel: the sampler draws the length (ppo.generation.response_length), alike for every method.
+    figures["fig_diversity"] = Drawn(plots.curves_figure(
+        _panels(main_imdb, [("distinct_1", "(a) distinct-1 of the responses", "distinct words / words"),
+                            ("distinct_2", "(b) distinct-2 of the responses", "distinct bigrams / bigrams"),
+                            ("entropy", "(c) policy entropy", "entropy per token (nats)")], k),
+        f"Training stability and diversity, IMDB ({spread})"),
+        f"IMDB: distinct-1 and distinct-2 of each batch's responses, and the policy's per-token entropy. {bands}")
+    etas = ", ".join(f"{e:g}" for e in sorted(inputs.pareto["ppo"]))
+    figures["fig2c_pareto"] = Drawn(plots.pareto_figure(
+        pareto_frontiers(inputs.pareto, cfg.last_n),
+        "Fig. 2(c) (reproduced): PPO vs CORY over the KL coefficient η\n"
+        f"final values ({_over_seeds(n, 'error bars')})"),
+        f"Final task reward against -KL, one point per fixed KL coefficient η = ppo.init_kl_coef in {{{etas}}}, "
+        "labelled with its η. " + (f"Points: the mean of {n} seeds; error bars: {plots.BAND}." if n > 1
+                                     else "One seed: no error bars."))
     passk = []
     for model, label in (("base", "base"), ("ppo", "PPO"), ("cory_llm1", "CORY-LLM1"), ("cory_llm2", "CORY-LLM2")):
-        result = inputs.passk[model]
-        ks = sorted(result["mean"], key=int)
-        passk.append(plots.Series(label, np.array([int(x) for x in ks]), np.array([result["mean"][x] for x in ks]),
-                                  np.array([result["std"][x] for x in ks]), n_seeds=len(result["seeds"])))
-    figures["fig5_passk"] = plots.passk_figure(
-        passk, "Fig. 5 (reproduced): pass@k on the held-out math problems", out / "fig5_passk.png")
+        ks = sorted(inputs.passk[model]["mean"], key=int)
+        by_k = np.array([[run[x] for run in inputs.passk[model]["seeds"].values()] for x in ks])  # (k, seed)
+        passk.append(plots.Series(label, np.array([int(x) for x in ks]), by_k.mean(1), by_k.min(1), by_k.max(1),
+                                  n_seeds=by_k.shape[1]))
+    trained = len(inputs.passk["ppo"]["seeds"])
+    figures["fig5_passk"] = Drawn(plots.passk_figure(
+        passk, "Fig. 5 (reproduced): pass@k on the held-out math problems\n"
+        f"({_over_seeds(trained, unit='training seeds')})"),
+        "pass@k (unbiased estimator) of the base model and of each trained model. "
+        + (f"Lines: the mean of {trained} training seeds; bands: {plots.BAND}." if trained > 1
+           else "One training seed: no band."))
     return figures
 
 
@@ -174,15 +186,38 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", "⏎ ").strip() or " "
 
 
-def _spread(values: list[float]) -> str:
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
+def _place(x: float, significant: int) -> int:
+    """Decimal place of x's `significant`-th significant digit (negative: left of the point; x != 0)."""
+    return significant - 1 - math.floor(math.log10(abs(x)))
+
+
+def decimals(mean: float, std: float) -> int:
+    """Decimal places of a mean ± std: the std's 2nd significant digit, but no finer than the mean's 4th (a std of
+    float noise, 1.8e-06 on 3.284, reads "3.284 ± 0.000"); none for equal whole numbers (an iteration, a count)."""
+    if std == 0 and float(mean).is_integer():
+        return 0
+    places = ([_place(std, 2)] if std > 0 else []) + ([_place(mean, 4)] if mean != 0 else [])
+    return min(places) if places else 0
+
+
+def fixed(x: float, places: int) -> str:
+    """x rounded to `places` decimals (to tens, hundreds... if negative); n/a for NaN; never "-0.00"."""
+    if math.isnan(x):
         return "n/a"
-    if len(values) == 1:
-        return f"{_num(values[0])} (1 seed)"
+    return f"{round(x, places) + 0.0:.{max(places, 0)}f}"
+
+
+def mean_std(values: list[float]) -> tuple[str, int]:
+    """("mean ± std (n seeds)", its decimal places) over the finite values: ("n/a", 0) without any; a single value
+    to 4 significant digits."""
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return "n/a", 0
     mean, std = float(np.mean(values)), float(np.std(values))
-    std = 0.0 if std <= 1e-9 * max(1.0, abs(mean)) else std  # float round-off of equal values is no spread
-    return f"{_num(mean)} ± {_num(std)} ({len(values)} seeds)"
+    places = decimals(mean, std)
+    if len(values) == 1:
+        return f"{fixed(mean, places)} (1 seed)", places
+    return f"{fixed(mean, places)} ± {fixed(std, places)} ({len(values)} seeds)", places
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
@@ -235,7 +270,7 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
               "runtime.workers of them at once on one GPU):", ""]
     every_run = [run for group in (*inputs.runs.values(), *inputs.pareto.values()) for run in group.values()]
-    rows = [[run.name, _spread(list(run.wall_time_s.values())), _spread(list(run.peak_gpu_memory_gib.values()))]
+    rows = [[run.name, mean_std(list(run.wall_time_s.values()))[0], mean_std(list(run.peak_gpu_memory_gib.values()))[0]]
             for run in every_run]
     return lines + _table(["run", "seconds", "peak GPU memory (GiB)"], rows) + [""]
 
@@ -250,32 +285,57 @@ def deviations_markdown(cfg: ReportConfig) -> list[str]:
 
 
 VERDICT_RULE = (
-    f"Each claim has a rule on per-seed quantities. The rule is applied to every seed and to the mean over seeds: "
-    f"**{HELD}** = it holds on the means and on every seed; **{NOT_HELD}** = it holds on neither the means nor any "
-    f"seed; **{MIXED}** = anything in between; **{NOT_MEASURABLE}** = a quantity could not be computed (e.g. a slope "
-    "over a run too short to have one). With one seed, held/did not hold say only what that seed did."
+    f"Each claim has a rule on per-seed quantities. The rule is applied to every seed and to the mean over the seeds "
+    f"where every quantity could be computed: **{HELD}** = it holds on the means and on every seed; **{NOT_HELD}** = "
+    f"it holds on neither the means nor any seed; **{MIXED}** = anything in between, including a rule that could be "
+    f"applied on some seeds only; **{NOT_MEASURABLE}** = on no seed could every quantity be computed (e.g. a slope "
+    "over a run too short to have one). Each claim's table gives the mean ± std over those seeds (the std to 2 "
+    "significant digits, the mean and per-seed values to the same decimal place) and every seed's value (n/a: could "
+    "not be computed). With one seed, held/did not hold say only what that seed did."
 )
 
 
-def claim_markdown(number: int, claim: Claim) -> list[str]:
-    """The paper's statement, the rule, the verdict and every quantity (mean +/- std and per seed)."""
+def _seed_list(seeds: list) -> str:
+    return ", ".join(map(str, seeds))
+
+
+def verdict_line(claim: Claim) -> str:
+    """The verdict with what it was read from: the seeds the rule holds on, those it could not be applied to, and
+    its outcome on the means."""
     holds = claim.holds()
-    agreeing = [str(s) for s, ok in holds.items() if ok]
+    agreeing = [s for s, ok in holds.items() if ok]
+    unmeasured = [s for s, ok in holds.items() if ok is None]
+    parts = [f"the rule holds on {len(agreeing)}/{len(holds)} seeds"
+             + (f": {_seed_list(agreeing)}" if agreeing else "")]
+    if unmeasured:
+        parts.append(f"could not be applied on seed{'s' * (len(unmeasured) > 1)} {_seed_list(unmeasured)} (n/a below)")
+    on_means = claim.holds_on_means()
+    if on_means is not None and len(holds) > 1:
+        outcome = "holds" if on_means else "does not hold"
+        parts.append(f"{outcome} on the means over seeds {_seed_list(claim.measured_seeds)}")
+    return f"- **Verdict: {claim.verdict}** ({'; '.join(parts)})"
+
+
+def claim_markdown(number: int, claim: Claim) -> list[str]:
+    """The paper's statement, the rule, the verdict and every quantity (mean +/- std over the measured seeds, and
+    per seed)."""
     lines = [f"### {number}. {claim.paper}", "", f"Figure: [{claim.figure}]({claim.figure})", "",
-             f"- **Rule:** {claim.rule}",
-             f"- **Verdict: {claim.verdict}** (the rule holds on {len(agreeing)}/{len(holds)} seeds"
-             + (f": {', '.join(agreeing)}" if agreeing else "") + ")", ""]
+             f"- **Rule:** {claim.rule}", verdict_line(claim), ""]
+    measured = set(claim.measured_seeds)
     rows = []
     for label, values in claim.quantities.items():
         # None: a model trained once (the base model), the same value for every seed
         seeds = [s for s in claim.seeds if s in values] or [s for s in (None,) if s in values]
-        per_seed = ", ".join(f"{'-' if s is None else s}: {_num(float(values[s]))}" for s in seeds)
-        rows.append([label, _spread([float(values[s]) for s in seeds]), per_seed])
+        spread, places = mean_std([float(values[s]) for s in seeds if s in measured or s is None])
+        if spread == "n/a":  # no measured seed: each value still shown, to its own 4 significant digits
+            places = mean_std([float(values[s]) for s in seeds])[1]
+        per_seed = ", ".join(f"{'-' if s is None else s}: {fixed(float(values[s]), places)}" for s in seeds)
+        rows.append([label, spread, per_seed])
     return lines + _table(["quantity", "mean ± std", "per seed"], rows) + [""]
 
 
 def report_markdown(
-    inputs: Inputs, claims: list[Claim], cfg: ReportConfig, profile: str, figures: dict[str, Path]
+    inputs: Inputs, claims: list[Claim], cfg: ReportConfig, profile: str, captions: dict[str, str]
 ) -> str:
     seeds = inputs.runs["imdb"]["ppo"].seeds
     iterations = {name: len(next(iter(run.histories.values()))) for name, run in inputs.runs["imdb"].items()}
@@ -284,7 +344,9 @@ def report_markdown(
         f"Generated by `python -m pipeline.report` from outputs/{profile}/; every number and verdict below is computed "
         "from those files (rules: cory/claims.py). Do not edit by hand.", "",
         f"Seeds: {', '.join(map(str, seeds))}. IMDB runs have {max(iterations.values())} iterations. A run's *final* "
-        f"value is the mean over its last {cfg.last_n} iterations; ± is the std over seeds (ddof 0). "
+        f"value is the mean over its last {cfg.last_n} iterations; ± is the std over seeds (ddof 0). In the figures, "
+        f"lines and points are means over seeds and bands and error bars span the {plots.BAND}, so a band never "
+        "leaves the range a quantity can take (KL >= 0). "
         "Metric definitions: [METRICS.md](METRICS.md); generations before and after training: "
         "[samples.md](samples.md).",
         "", "## Verdicts", "", VERDICT_RULE, "",
@@ -295,7 +357,8 @@ def report_markdown(
     for i, claim in enumerate(claims, 1):
         lines += claim_markdown(i, claim)
     lines += ["## Figures", ""]
-    lines += [f"![{name}]({figures[name].name})\n" for name in sorted(figures)]  # paper order: 2c, 3, 4, 5, 6
+    for name in sorted(captions):  # paper order: 2c, 3, 4, 5, 6
+        lines += [f"![{name}]({name}.png)", "", f"*{captions[name]}*", ""]
     return "\n".join(lines)
 
 
@@ -347,8 +410,11 @@ def write_report(
     inputs = load_inputs(outputs, seeds)
     claims = build_claims(inputs, cfg)  # every quantity is computed (and every missing column found) before drawing
     reports.mkdir(parents=True, exist_ok=True)
-    figures = draw_figures(inputs, cfg, reports)
-    (reports / "REPORT.md").write_text(report_markdown(inputs, claims, cfg, profile, figures))
+    figures = draw_figures(inputs, cfg)
+    for name, (figure, _) in figures.items():
+        plots.save(figure, reports / f"{name}.png")
+    captions = {name: caption for name, (_, caption) in figures.items()}
+    (reports / "REPORT.md").write_text(report_markdown(inputs, claims, cfg, profile, captions))
     (reports / "samples.md").write_text(samples_markdown(inputs, cfg))
     (reports / "METRICS.md").write_text(glossary_markdown())
     # NaN is not JSON: None keeps the file readable by DVC.

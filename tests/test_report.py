@@ -1,7 +1,9 @@
 import json
 import math
+import re
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from cory.claims import (
@@ -11,9 +13,11 @@ from cory.claims import (
     NOT_MEASURABLE,
     Claim,
     build_claims,
+    combined_eta,
     curve_gap,
     dominated_share,
     late_slope,
+    math_claims,
     max_drawdown,
     peak,
     reach_iteration,
@@ -21,8 +25,8 @@ from cory.claims import (
 )
 from cory.config import ConfigError, from_dict
 from cory.metrics import MetricsWriter, glossary_markdown
-from cory.report import ReportConfig, claim_markdown, write_report
-from cory.results import load_inputs
+from cory.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, write_report
+from cory.results import Run, load_inputs
 
 FIGURES = ("fig2c_pareto", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations", "fig_coop_vs_comp",
            "fig_diversity")
@@ -49,9 +53,10 @@ def _write_run(run_dir, identities, iterations, seed, coef=1.0, swap_every=None,
         by_role = dict(zip(("pioneer", "observer"), roles))
         for name, (reward, kl) in identities.items():
             role = [r for r, who in by_role.items() if who == name][0]
+            # diversity falls with KL (so each method draws its own curve); the length is the sampler's, alike for all
             values = {"task_reward": reward[it], "kl": kl[it], "combined_reward": reward[it] - eta * kl[it],
-                      "kl_coef": eta, "entropy": 3.0 - 0.02 * it, "response_length": 10.0,
-                      "distinct_1": 0.5, "distinct_2": 0.8 - 0.005 * it}
+                      "kl_coef": eta, "entropy": 3.0 - 0.05 * kl[it], "response_length": 10.0,
+                      "distinct_1": 0.6 - 0.01 * kl[it], "distinct_2": 0.9 - 0.01 * kl[it]}
             row.update({f"{name}/{k}": v for k, v in values.items()})
             row[f"{name}/role"] = float(role == "observer")
             row.update({f"{role}/{k}": v for k, v in values.items()})
@@ -149,8 +154,12 @@ def test_curve_statistics_by_hand():
     # gain 10 - 0 = 10: 90% is first reached at iteration 2
     assert reach_iteration(np.array([0.0, 5.0, 9.5, 10.0, 10.0]), 1, 2) == 2.0
     assert math.isnan(reach_iteration(np.array([1.0, 0.5, 0.0]), 1, 1))
-    # peak 4 at iteration 2, final 2, rise 4 - 0: fell half of its gain
-    assert peak(np.array([0.0, 2.0, 4.0, 3.0, 2.0]), 1, 1) == (2.0, 0.5)
+    # peak 4 at iteration 2, rise 4 - 0 over the start, final 2: fall 4 - 2
+    assert peak(np.array([0.0, 2.0, 4.0, 3.0, 2.0]), 1, 1) == (2.0, 4.0, 2.0)
+    assert peak(np.array([3.0, 2.0, 1.0, 0.0]), 1, 1) == (0.0, 0.0, 3.0)  # falls from the start: no rise
+    # smoothed over 3: [2, 3, 4, 4.67, 5, 3, 2.67, 1]: peak 5 at iteration 4, rise over the smoothed start 2 (not
+    # the raw 1) = 3, final value (last 2 raw: -2, 4) = 1, fall 5 - 1 = 4
+    assert peak(np.array([1.0, 3.0, 5.0, 4.0, 5.0, 6.0, -2.0, 4.0]), 3, 2) == pytest.approx((4.0, 3.0, 4.0))
     assert curve_gap(np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.0]), 1) == 0.0
     assert curve_gap(np.array([0.0, 2.0]), np.array([1.0, 3.0]), 1) == pytest.approx(1.0 / 2.0)
     assert dominated_share([(1.0, 5.0), (2.0, 9.0)], [(1.5, 4.0)]) == 0.5
@@ -161,6 +170,11 @@ def test_verdict_rule():
     assert verdict(False, [False, False]) == NOT_HELD
     assert verdict(True, [True, False]) == MIXED
     assert verdict(False, [True, False]) == MIXED
+    # a seed the rule could not be applied to (None) leaves neither "held" nor "did not hold"
+    assert verdict(True, [True, True, None]) == MIXED
+    assert verdict(False, [False, None]) == MIXED
+    assert verdict(None, [None, None]) == NOT_MEASURABLE
+    assert verdict(None, []) == NOT_MEASURABLE
 
 
 def test_claim_broadcasts_an_unseeded_model_and_reports_nan_as_not_measurable():
@@ -215,7 +229,8 @@ def test_kl_ratio_verdict_follows_the_fixture_numbers(tmp_path):
     write_fixture(tmp_path / "mixed", cory_kl={0: 5.0, 1: 5.0, 2: 10.0})  # seed 2 alone falls under 2x
     claim = claims_by_key(tmp_path / "mixed")["imdb_kl_ratio"]
     assert claim.holds() == {0: True, 1: True, 2: False} and claim.verdict == MIXED
-    assert "- **Verdict: mixed** (the rule holds on 2/3 seeds: 0, 1)" in claim_markdown(1, claim)
+    assert ("- **Verdict: mixed** (the rule holds on 2/3 seeds: 0, 1; holds on the means over seeds 0, 1, 2)"
+            in claim_markdown(1, claim))
 
 
 def test_one_seed_and_few_iterations_give_numbers_for_every_claim(tmp_path):
@@ -266,3 +281,126 @@ def test_claim_without_common_seeds_is_not_measurable():
     claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0}, "b": {1: 2.0}, "c": {}}, lambda v: v["a"] < v["b"])
     assert claim.seeds == [] and claim.verdict == NOT_MEASURABLE
     assert "n/a" in "\n".join(claim_markdown(1, claim))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The report reads true (issue 11, item 5)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def run_of(curves: dict[int, dict[str, np.ndarray]], config: dict | None = None) -> Run:
+    """A Run straight from curves: seed -> {history column: values over iterations}."""
+    histories = {seed: pd.DataFrame({"iteration": np.arange(len(next(iter(c.values())))), **c})
+                 for seed, c in curves.items()}
+    return Run("group/run", histories, config or {}, [], {seed: 1.0 for seed in curves})
+
+
+def agrees_with_its_table(claim: Claim) -> bool:
+    """The verdict as the per-seed outcomes and the outcome on the means (both printed in the report) dictate."""
+    per_seed, on_means = list(claim.holds().values()), claim.holds_on_means()
+    if all(ok is None for ok in per_seed):
+        return claim.verdict == NOT_MEASURABLE
+    if all(ok is True for ok in per_seed) and on_means:
+        return claim.verdict == HELD
+    if all(ok is False for ok in per_seed) and not on_means:
+        return claim.verdict == NOT_HELD
+    return claim.verdict == MIXED
+
+
+def test_a_seed_that_cannot_be_measured_leaves_the_others_in_the_verdict():
+    # was: the mean over seeds took the NaN, so the verdict said "not measurable" beside "holds on 2/3 seeds"
+    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0, 1: 2.0, 2: math.nan}, "b": {0: 0.5, 1: 0.5, 2: 0.5}},
+                  lambda v: v["a"] > v["b"])
+    assert claim.holds() == {0: True, 1: True, 2: None} and claim.measured_seeds == [0, 1]
+    assert claim.means() == {"a": 1.5, "b": 0.5} and claim.holds_on_means() is True
+    assert claim.verdict == MIXED and agrees_with_its_table(claim)
+    text = "\n".join(claim_markdown(1, claim))
+    assert ("- **Verdict: mixed** (the rule holds on 2/3 seeds: 0, 1; could not be applied on seed 2 (n/a below); "
+            "holds on the means over seeds 0, 1)") in text
+    assert "| a | 1.50 ± 0.50 (2 seeds) | 0: 1.00, 1: 2.00, 2: n/a |" in text  # the mean the verdict read
+    # an infinite value (a ratio to 0) is no measurement either; on no seed at all: not measurable
+    only = Claim("k", "f.png", "paper", "rule", {"a": {0: math.inf, 1: math.nan}}, lambda v: v["a"] > 0)
+    assert only.holds() == {0: None, 1: None} and only.verdict == NOT_MEASURABLE and agrees_with_its_table(only)
+    failing = Claim("k", "f.png", "paper", "rule", {"a": {0: -1.0, 1: math.nan}}, lambda v: v["a"] > 0)
+    assert failing.verdict == MIXED  # fails where measured, unknown elsewhere: not "did not hold" on every seed
+    # no measured seed: no mean, but every value that exists is still shown in full
+    lone = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}, "b": {0: 0.012804}}, lambda v: v["a"] > v["b"])
+    assert "| b | n/a | 0: 0.01280 |" in "\n".join(claim_markdown(1, lone))
+
+
+def test_every_verdict_agrees_with_its_per_seed_table(tmp_path):
+    write_fixture(tmp_path / "mixed", cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
+    write_fixture(tmp_path / "short", seeds=(0, 1), iterations=2)  # late slopes of a 1-point half: n/a
+    for outputs in (tmp_path / "mixed", tmp_path / "short"):
+        for claim in claims_by_key(outputs).values():
+            assert agrees_with_its_table(claim), (outputs.name, claim.key, claim.holds(), claim.verdict)
+
+
+def _math_runs(ppo_rewards: dict[int, np.ndarray]) -> dict[str, Run]:
+    cory = {s: {f"{x}/{m}": np.ones_like(y) for x in ("llm1", "llm2") for m in ("task_reward", "kl", "combined_reward")}
+            for s, y in ppo_rewards.items()}
+    ppo = {s: {"llm1/task_reward": y, "llm1/kl": np.ones_like(y), "llm1/combined_reward": y}
+           for s, y in ppo_rewards.items()}
+    return {"ppo": run_of(ppo), "cory": run_of(cory)}
+
+
+def test_rises_then_falls_needs_a_rise_before_the_peak():
+    t = np.arange(60, dtype=float)
+    falls_from_start = 1.0 - t / 60  # the peak is iteration 0: no rise at all
+    early_bump = np.where(t < 3, 1.0 + 0.1 * t, 1.0 - t / 60)  # a "peak" at iteration 2, inside the first window
+    rises_then_falls = np.exp(-(((t - 25) / 10) ** 2))  # up to iteration 25, then down to ~0
+    claim = math_claims(_math_runs({0: falls_from_start, 1: early_bump, 2: rises_then_falls}),
+                        ReportConfig(last_n=5, stability_window=5))[0]
+    assert claim.key == "math_ppo_peak"
+    assert claim.holds() == {0: False, 1: False, 2: True} and claim.verdict == MIXED
+    values = claim.values(0)
+    assert values["PPO peak iteration (smoothed task reward)"] == 0 and values["PPO rise: peak - smoothed start"] == 0
+    assert "comes no earlier than iteration 5" in claim.rule and "rise > 0" in claim.rule
+    only_falls = math_claims(_math_runs({0: falls_from_start, 1: falls_from_start}), ReportConfig(last_n=5))[0]
+    assert only_falls.verdict == NOT_HELD  # never rose: did not hold (it used to be held on a fall share)
+
+
+def test_combined_reward_eta_is_stated_with_where_it_comes_from(tmp_path):
+    write_fixture(tmp_path)
+    claims = claims_by_key(tmp_path)
+    rule = claims["imdb_combined_reward"].rule
+    assert "r - η·KL (η = 0.3; train.combined_reward_eta, else ppo.init_kl_coef)" in rule
+    assert "(η = 0.01;" in claims["math_cory_combined"].rule
+    assert combined_eta(run_of({0: {"x": np.zeros(2)}}, {"combined_reward_eta": 0.05, "ppo": {"init_kl_coef": 0.3}})) \
+        == 0.05
+    assert combined_eta(run_of({0: {"x": np.zeros(2)}}, {"combined_reward_eta": None, "ppo": {"init_kl_coef": 0.3}})) \
+        == 0.3
+
+
+def test_mean_std_digits_by_hand():
+    assert mean_std([86.64, 87.02, 87.4])[0] == "87.02 ± 0.31 (3 seeds)"  # std 2 significant digits, mean alike
+    assert mean_std([100.0, 80.0, 65.0])[0] == "82 ± 14 (3 seeds)"
+    assert mean_std([3.284, 3.284 + 4e-6])[0] == "3.284 ± 0.000 (2 seeds)"  # float noise: at the mean's 4th digit
+    assert mean_std([2.948, 2.948])[0] == "2.948 ± 0.000 (2 seeds)"
+    assert mean_std([-0.0009365, 0.000325, 0.0003381])[0] == "-0.00009 ± 0.00060 (3 seeds)"
+    assert mean_std([12000.0, 13300.0])[0] == "12650 ± 650 (2 seeds)"
+    assert mean_std([12.0, 12.0, 12.0])[0] == "12 ± 0 (3 seeds)"  # an iteration: a whole number
+    assert mean_std([0.3063])[0] == "0.3063 (1 seed)" and mean_std([math.nan])[0] == "n/a"
+    assert decimals(1234.0, 567.0) == -1 and fixed(1234.0, -1) == "1230"
+    assert fixed(-0.0001, 2) == "0.00" and fixed(math.nan, 2) == "n/a"
+
+
+SPREAD = re.compile(r"(-?\d+(?:\.(\d+))?) ± (\d+(?:\.(\d+))?) \(\d seeds\)")
+
+
+def test_every_mean_std_in_the_report_has_sensible_digits(tmp_path):
+    outputs, reports = tmp_path / "outputs", tmp_path / "reports"
+    write_fixture(outputs)
+    write_report(outputs, reports, ReportConfig(), None, "fixture")
+    report = (reports / "REPORT.md").read_text()
+    spreads = SPREAD.findall(report)
+    assert len(spreads) > 50
+    for mean, mean_decimals, std, std_decimals in spreads:
+        assert len(mean_decimals) == len(std_decimals), (mean, std)  # the same decimal place
+        significant = std.replace(".", "").lstrip("0")
+        assert len(significant) <= 2 or float(std) == 0 or "." not in std, (mean, std)
+    rows = re.findall(r"^\| [^|]+ \| (-?[\d.]+) ± [\d.]+ \(\d seeds\) \| (.*) \|$", report, re.M)
+    assert len(rows) > 40
+    for mean, per_seed in rows:  # the per-seed values have the mean's decimal places
+        places = len(mean.partition(".")[2])
+        assert all(len(v.partition(".")[2]) == places for v in re.findall(r": (-?[\d.]+|n/a)", per_seed) if v != "n/a")
