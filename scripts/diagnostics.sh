@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU diagnostics behind the default profile's report.deviations (ppo.kl_penalty, ppo.disable_dropout) and the
+# The GPU diagnostics behind the default profile's report.deviations (ppo.kl_penalty, ppo.dropout) and the
 # README's note on the math task, re-runnable (2026-11-26 they ran on one H200 (imdb-*) and one H100 (math-*), ~4
 # minutes each, with the profile of that day; results in the README and the closing note of issue 4):
 #   bash scripts/diagnostics.sh imdb-dropout   # dropout on/off x bf16/fp32, PPO and CORY, the paper's "full" KL
@@ -16,13 +16,15 @@
 #   bash scripts/diagnostics.sh math-slip      # a base trained on solutions of which 30% slip in the final step
 #                                              # (base_models.math.slip_rate): PPO and CORY, one and 8 attempts per query
 #   bash scripts/diagnostics.sh math-slip3     # the k8 runs of math-slip on 3 seeds: the math issue's bar
+#   bash scripts/diagnostics.sh math-lr        # the default profile's math PPO and CORY at lr 1e-5 and 2e-5, 3 seeds,
+#                                              # and `scripts.variants drift`: why the training reward does not rise
 # Each runs its stages' prerequisites, then 2 seeds of each variant at once (scripts/variants.py), and prints LLM1's
 # metrics per block of 10 iterations (also written to $OUT/<name>.txt when $OUT is set, as on the lent GPU machine).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
-name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value | math-group | math-lora | math-scale | math-long | math-batch}
+name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value | math-group | math-lora | math-scale | math-long | math-batch | math-slip | math-slip3 | math-lr}
 P=cory.n_agents=1 C=cory.n_agents=2   # single-agent PPO / CORY
-full=ppo.kl_penalty=full nodrop=ppo.disable_dropout=true drop=ppo.disable_dropout=false
+full=ppo.kl_penalty=full nodrop=ppo.dropout=none drop=ppo.dropout=update
 seeds="0 1"
 # batch 128 (256) responses in mini-batches of 32 accumulated to one optimizer step per epoch, to bound memory
 B128=ppo.batch_size=128,ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=64
@@ -92,6 +94,10 @@ case "$name" in
     Z=ppo.zero_init_value_head=true,ppo.lam=1.0
     Q16=ppo.batch_size=128,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.forward_batch_size=64
     runs=("ppo_k8=$P,$Q16,$K8,$Z" "cory_k8=$C,$Q16,$K8,$Z") ;;
+  math-lr) group=math iterations=100 seeds="0 1 2" evaluate=1 drift=1  # the profile's math settings as they are,
+    # in micro-batches of 32 (the same optimizer steps) so that 12 runs fit an 80 GB card at once (64: out of memory)
+    M=ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=32
+    runs=("ppo=$P,$M" "cory=$C,$M" "ppo_lr2e-5=$P,$M,ppo.learning_rate=2.0e-5" "cory_lr2e-5=$C,$M,ppo.learning_rate=2.0e-5") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac
 params=$(mktemp --suffix .yaml)
@@ -117,4 +123,5 @@ params["evaluation"]["models"] = {k: v for k, v in models.items() if (root / v.f
 yaml.safe_dump(params, open(sys.argv[1], "w"), sort_keys=False)
 EOF
   python3 -m pipeline.evaluate 2>&1 | grep "^evaluate:" | tee -a ${OUT:+"$OUT/$name.txt"}
+  if [ -n "${drift:-}" ]; then python3 -m scripts.variants drift 2>&1 | grep -v Warning | tee -a ${OUT:+"$OUT/$name.txt"}; fi
 fi

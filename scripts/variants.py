@@ -1,7 +1,7 @@
 """Short training runs of train-setting variants side by side, on the profile's real data and models.
 
     python -m scripts.variants write --group imdb --iterations 80 --seeds 0 1 \
-        --run ppo=cory.n_agents=1 --run ppo_nodrop=cory.n_agents=1,ppo.disable_dropout=true > /tmp/variants.yaml
+        --run ppo=cory.n_agents=1 --run ppo_nodrop=cory.n_agents=1,ppo.dropout=none > /tmp/variants.yaml
     CORY_PARAMS=/tmp/variants.yaml python -m pipeline.train variants
     python -m scripts.variants summary                   # outputs/<profile>/runs/variants/*/seed*/history.csv
 
@@ -13,6 +13,10 @@ With `write --evaluate` the runs keep LLM1's weights and `evaluation.models` nam
 (comma-separated, values read as YAML, as in scripts/bench_rl.py --variant). `pipeline.train` then runs them like any
 group (all at once with runtime.workers), after the group's data and base-model stages have run.
 `summary` prints LLM1's metrics averaged over blocks of iterations, and each run's last logged samples.
+`drift` asks why a run's training reward moves: for each math run with saved weights it scores, with the evaluate
+stage's sampling, the base model and the run's LLM1 on the problems of the run's first and last --block iterations (the problems
+training drew: base@first vs base@last is their difficulty, llm1 vs base on the same problems what training changed,
+and llm1@last vs the reward the run logged on them training-time vs evaluation-time sampling).
 `materialize` turns the newest resume checkpoint of every run that was stopped early (a time limit) into an LLM1 model
 folder, so that `pipeline.evaluate` can score it; it prints the iteration each one reached.
 scripts/diagnostics.sh holds the diagnostics behind the default profile's report.deviations, made this way.
@@ -106,6 +110,52 @@ def materialize(params: dict) -> None:
         print(f"materialize: {target} from {checkpoint.name} (stopped early)")
 
 
+def drift(params: dict, block: int = 10, n_samples: int = 16) -> None:
+    """Base model and LLM1 on the problems of each variant run's first and last `block` iterations (docstring above)."""
+    import dataclasses
+
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+
+    from cory.evaluation import evaluate_pass_at_k
+    from cory.experiments import batches, load_queries
+    from cory.tokenizer import load_tokenizer
+    from pipeline.common import device, out_dir, section
+    from pipeline.params import EvaluateConfig
+
+    task = params["tasks"][params["experiments"][GROUP]["task"]]
+    queries, answers = load_queries(out_dir(params, task["prompts"]))
+    cfg = dataclasses.replace(section(params, "evaluation", EvaluateConfig), n_samples=n_samples, ks=(1,))
+    on = device()
+
+    def pass1(folder: Path, idx: np.ndarray) -> float:
+        model = AutoModelForCausalLM.from_pretrained(folder).to(on)
+        result = evaluate_pass_at_k(model, load_tokenizer(str(folder)), [queries[i] for i in idx],
+                                    [answers[i] for i in idx], cfg.prompt_template, cfg)
+        return result["pass_at_k"][1]
+
+    base, cache = out_dir(params, "models", task["model"]), {}
+    print(f"drift: pass@1 ({n_samples} samples at the evaluate stage's settings) on the problems of each run's first "
+          f"and last {block} iterations, beside the training reward the run logged on them")
+    print("run/seed  iterations  base@first  base@last  llm1@first  llm1@last  logged@first  logged@last")
+    for run in sorted(out_dir(params, "runs", GROUP).glob("*/seed*")):
+        llm1 = out_dir(params, "checkpoints", GROUP, run.parent.name, run.name, "llm1")
+        if not (llm1 / "config.json").is_file():
+            continue
+        train = json.loads((run / "config.json").read_text())
+        ppo, seed = train["ppo"], int(run.name.removeprefix("seed"))
+        rows = list(csv.DictReader(open(run / "history.csv")))
+        order = list(batches(len(queries), ppo["batch_size"] // ppo["samples_per_query"], train["iterations"], seed))
+        first, last = np.concatenate(order[:block]), np.concatenate(order[len(rows) - block : len(rows)])
+        key = (len(order[0]), seed, len(rows))
+        if key not in cache:
+            cache[key] = pass1(base, first), pass1(base, last)
+        logged = [np.mean([float(r["llm1/task_reward"]) for r in part]) for part in (rows[:block], rows[-block:])]
+        print(f"{run.parent.name}/{run.name}  0-{block - 1},{len(rows) - block}-{len(rows) - 1}  "
+              f"{cache[key][0]:.3f}  {cache[key][1]:.3f}  {pass1(llm1, first):.3f}  {pass1(llm1, last):.3f}  "
+              f"{logged[0]:.3f}  {logged[1]:.3f}", flush=True)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,14 +170,20 @@ def main(argv: list[str]) -> None:
     s = sub.add_parser("summary", help="print the variant runs' metrics")
     s.add_argument("root", nargs="?", help="default: outputs/<profile>/runs/variants")
     sub.add_parser("materialize", help="LLM1 folders from the resume checkpoints of runs stopped early")
+    d = sub.add_parser("drift", help="base model and LLM1 on the problems of the first and last iterations")
+    d.add_argument("--block", type=int, default=10)
+    d.add_argument("--samples", type=int, default=16)
     args = parser.parse_args(argv)
     if args.command == "write":
         yaml.safe_dump(write(args.group, args.iterations, args.seeds, args.run, args.evaluate, args.base), sys.stdout,
                        sort_keys=False)
-    elif args.command == "materialize":
+    elif args.command in ("materialize", "drift"):
         from pipeline.common import load_params
 
-        materialize(load_params())
+        if args.command == "drift":
+            drift(load_params(), args.block, args.samples)
+        else:
+            materialize(load_params())
     else:
         from pipeline.common import load_params, out_dir
 
