@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import GPT2ForSequenceClassification
 
-from cory.config import ConfigError, check, section_path
+from cory.config import ConfigError
+from cory.settings import ClassifierConfig
 from cory.pretrain import (
     ID2LABEL,
-    LMConfig,
     _gpt2_config,
     count_parameters,
     load_pretrained,
@@ -32,49 +30,6 @@ from cory.pretrain import (
     _optimizer_step,
     _sync,
 )
-
-
-@dataclass
-class ClassifierConfig:
-    """The sentiment reward classifier: a GPT-2 with a 2-way head on the last token, trained with cross-entropy."""
-
-    epochs: float = 2.0
-    """Passes over the training reviews."""
-    batch_size: int = 64
-    """Reviews per optimizer step."""
-    learning_rate: float = 3e-4
-    """Peak AdamW learning rate (warmup, then cosine decay to 0)."""
-    warmup_steps: int = 50
-    """Linear warmup steps."""
-    weight_decay: float = 0.01
-    """AdamW weight decay on matrices and embeddings."""
-    grad_clip: float | None = 1.0
-    """Clip the gradient norm to this; null disables."""
-    max_length: int = 256
-    """Reviews are cut to max_length tokens: their first (truncation head) or their last (tail)."""
-    truncation: Literal["head", "tail"] = "head"
-    """Which end of a long review the classifier reads, in training and in the held-out accuracy. The end of a review
-    usually holds its verdict; the RL texts are short, so this changes only how long reviews are learned from."""
-    short_fraction: float = 0.5
-    """Fraction of batches whose reviews are cut to short prefixes: the RL reward scores ~10-30-token texts."""
-    short_tokens: tuple[int, int] = (8, 48)
-    """Inclusive range of the short-prefix lengths, drawn per review."""
-    eval_prefix_tokens: int = 32
-    """Secondary metric: accuracy on the first this-many tokens of each held-out review."""
-    seed: int = 0
-    """Seeds the head's init, dropout, batch order and crops."""
-    lm: LMConfig = field(default_factory=LMConfig)
-    """Shape of the classifier when it is not initialised from a pretrained LM."""
-
-    def __post_init__(self) -> None:
-        path = section_path("classifier")
-        for name in ("epochs", "batch_size", "learning_rate", "max_length", "eval_prefix_tokens"):
-            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
-        check(0.0 <= self.short_fraction <= 1.0, f"{path}.short_fraction", "must be in [0, 1]")
-        lo, hi = self.short_tokens
-        check(1 <= lo <= hi, f"{path}.short_tokens", f"need 1 <= min <= max, got {list(self.short_tokens)}")
-        check(self.warmup_steps >= 0, f"{path}.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        check(self.grad_clip is None or self.grad_clip > 0, f"{path}.grad_clip", "must be > 0 or null")
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -10,70 +10,12 @@ Sampling is plain: temperature 1, no top-k / top-p filtering, no repetition pena
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
-from cory.config import GenerationConfig, check, section_path
 from cory.rewards import MathReward, Reward
 from cory.rollout import generate
-
-
-@dataclass
-class EvalConfig:
-    """Pass@k sampling settings (params `evaluation`)."""
-
-    n_samples: int = 16
-    """n: answers sampled per problem."""
-    ks: tuple[int, ...] = (1, 2, 4, 8, 16)
-    """The k of each reported pass@k; every k must be <= n_samples."""
-    n_problems: int | None = None
-    """Evaluate the first n_problems test problems; null evaluates all of them."""
-    max_new_tokens: int = 128
-    """Longest answer in tokens; an answer that has not ended by then is cut there."""
-    temperature: float = 1.0
-    """Sampling temperature."""
-    top_k: int = 0
-    """0 disables top-k filtering."""
-    top_p: float = 1.0
-    """1.0 disables nucleus filtering."""
-    repetition_penalty: float = 1.0
-    """1.0 samples from the policy itself (no HF repetition penalty)."""
-    batch_size: int = 64
-    """Prompts generated at once."""
-    seed: int = 0
-    """Torch seed set before sampling, so every model is evaluated on the same random stream."""
-    n_examples: int = 4
-    """Generations kept per model (the first sample of the first n_examples problems) for inspection."""
-
-    def __post_init__(self) -> None:
-        path = section_path("evaluation")
-        check(self.n_samples > 0, f"{path}.n_samples", f"must be > 0, got {self.n_samples}")
-        check(len(self.ks) > 0, f"{path}.ks", "must list at least one k")
-        for i, k in enumerate(self.ks):
-            check(0 < k <= self.n_samples, f"{path}.ks[{i}]", f"k must be in [1, n_samples={self.n_samples}], got {k}")
-        check(
-            self.n_problems is None or self.n_problems > 0,
-            f"{path}.n_problems",
-            f"must be > 0 or null, got {self.n_problems}",
-        )
-        for name in ("max_new_tokens", "batch_size", "temperature", "repetition_penalty"):
-            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
-        check(self.top_k >= 0, f"{path}.top_k", f"must be >= 0, got {self.top_k}")
-        check(0.0 < self.top_p <= 1.0, f"{path}.top_p", f"must be in (0, 1], got {self.top_p}")
-        check(self.n_examples >= 0, f"{path}.n_examples", f"must be >= 0, got {self.n_examples}")
-
-    @property
-    def generation(self) -> GenerationConfig:
-        return GenerationConfig(
-            response_length=(self.max_new_tokens, self.max_new_tokens),
-            top_k=self.top_k,
-            top_p=self.top_p,
-            temperature=self.temperature,
-            repetition_penalty=self.repetition_penalty,
-            stop_at_eos=True,
-        )
+from cory.settings import EvalConfig
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

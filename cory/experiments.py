@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
-from cory.config import ConfigError, TrainConfig, check, from_dict, merge, section_path, to_dict
+from cory.config import ConfigError, CORYConfig, TrainConfig, check, from_dict, merge, section_path, to_dict
 
 
 @dataclass
@@ -43,10 +42,12 @@ class TaskConfig:
     """Task reward: the sentiment classifier's positive logit, or 0/1 math correctness."""
     reward_model: str | None = None
     """The sentiment classifier (folder or hub name); required for reward: sentiment."""
-    prompt_template: str = "{query}"
-    """Pioneer/PPO prompt."""
-    observer_template: str = 'I can make this sentence "{query}{response}" more positive: {query}'
-    """Observer prompt with knowledge transfer."""
+    prompt_template: str = TrainConfig.prompt_template
+    """The pioneer's (and PPO's) prompt in every run of the task: each run's train.prompt_template. The math task's
+    is also the pass@k prompt (evaluation.prompt_template)."""
+    observer_template: str = CORYConfig.observer_template
+    """The observer's prompt with knowledge transfer in every run of the task: each run's
+    train.cory.observer_template."""
     table_queries: list[str] = field(default_factory=list)
     """Fixed queries LLM1 continues alone before and after training (the paper's Table 3); empty: the first
     `train.samples_to_log` RL prompts."""
@@ -54,6 +55,9 @@ class TaskConfig:
     def __post_init__(self) -> None:
         path = section_path("task")
         check(self.reward != "sentiment" or bool(self.reward_model), f"{path}.reward_model", "required for sentiment")
+        check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
+        check("{query}" in self.observer_template and "{response}" in self.observer_template,
+              f"{path}.observer_template", "must contain both {query} and {response}")
 
 
 @dataclass
@@ -118,14 +122,50 @@ def eta_name(eta: float) -> str:
     return f"eta{eta:g}"
 
 
+FILLED = {
+    ("seed",): "the top-level `seeds` (every run is repeated over them)",
+    ("prompt_template",): "the task's prompt_template (tasks.<task>.prompt_template)",
+    ("cory", "observer_template"): "the task's observer_template (tasks.<task>.observer_template)",
+}
+"""Settings of a run's train config that come from elsewhere: no train block in params may write them."""
+
+
+def _written(layer: dict, path: tuple[str, ...]) -> bool:
+    for key in path[:-1]:
+        layer = layer.get(key) if isinstance(layer, dict) else None
+    return isinstance(layer, dict) and path[-1] in layer
+
+
+def check_layer(layer: dict, where: str, sweep: bool = False, single_agent: bool = False) -> None:
+    """A train block (`train`, a group's or a run's) may not write a setting that the run would not read: one that
+    FILLED or the group's sweep_eta sets per run, or, in a PPO run's own block, a CORY setting."""
+    filled = dict(FILLED)
+    if sweep:
+        filled[("ppo", "init_kl_coef")] = "the group's sweep_eta (one run per KL coefficient)"
+    for path, source in filled.items():
+        if _written(layer, path):
+            raise ConfigError(f"{where}.{'.'.join(path)}: set per run from {source}; remove it (one source per setting)")
+    for key in (layer.get("cory") or {}) if single_agent else ():
+        if key != "n_agents":
+            raise ConfigError(f"{where}.cory.{key}: ignored: this run trains one agent (cory.n_agents 1); remove it")
+
+
 def expand_jobs(
     group: str, exp: ExperimentConfig, task: TaskConfig, base_train: dict, seeds: list[int], runs_dir: Path,
     checkpoints_dir: Path | None = None,
 ) -> list[Job]:
     """Every (run, seed) of a group with its resolved, validated TrainConfig (all checked before any training).
-    Run files go to runs_dir/<group>/<run>/seed<k>/, weights to the same path under checkpoints_dir (default runs_dir)."""
+    Run files go to runs_dir/<group>/<run>/seed<k>/, weights to the same path under checkpoints_dir (default runs_dir).
+
+    A run's train config is `base_train` <- the group's train block <- the run's <- its sweep KL coefficient, and then
+    the settings no block may write (FILLED): its seed and its task's templates."""
+    sweep = bool(exp.sweep_eta)
+    check_layer(base_train, "train")
+    check_layer(exp.train, f"experiments.{group}.train", sweep)
     specs: dict[str, tuple[RunSpec, dict]] = {}
     for name, spec in exp.runs.items():
+        n_agents = (merge(merge(base_train, exp.train), spec.train).get("cory") or {}).get("n_agents")
+        check_layer(spec.train, f"experiments.{group}.runs.{name}.train", sweep, single_agent=n_agents == 1)
         if exp.sweep_eta:
             for eta in exp.sweep_eta:
                 specs[f"{name}_{eta_name(eta)}"] = (spec, {"ppo": {"init_kl_coef": eta}})
@@ -203,6 +243,8 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     <checkpoint_dir>/resume/, and a run that finds a checkpoint of its own fingerprint there continues from it: the
     history it ends with is the one an uninterrupted run of the same seed writes. The checkpoint is deleted when the
     run completes."""
+    import torch  # here: validating params (pipeline.params) imports this module, and must not import torch
+
     from cory.checkpoint import load_checkpoint, save_checkpoint
     from cory.metrics import MetricsWriter
     from cory.rewards import build_reward
@@ -272,7 +314,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
                              fingerprint=job.fingerprint, resumed_after=None if resumed is None else first - 1)
     shutil.rmtree(resume_dir, ignore_errors=True)  # summary.json marks the run complete: nothing left to resume
     if tracker is not None:
-        tracker.log_artifact(run_dir / "samples.jsonl")
+        tracker.log_samples(run_dir / "samples.jsonl", job.train.iterations)
     return summary
 
 

@@ -27,47 +27,11 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Literal
 
 from cory.config import check, section_path
 from cory.rewards import canonical_number, gsm8k_answer
-
-
-@dataclass
-class MathGenConfig:
-    """Sizes and difficulty of the generated problems."""
-
-    n_pretrain: int = 20000
-    """Problems for pretraining the small models on the solution format."""
-    n_rl: int = 2000
-    """Problems whose questions are the RL queries."""
-    n_test: int = 500
-    """Held-out problems for pass@k evaluation."""
-    min_steps: int = 2
-    """Fewest arithmetic steps (annotated lines) in a solution."""
-    max_steps: int = 3
-    """Most arithmetic steps in a solution."""
-    max_operand: int = 99
-    """Largest number a question states (amounts, prices, counts; "times"/"a third" factors stay 2-5)."""
-    max_result: int = 1000
-    """Largest result of any step. Numbers drive the difficulty more than steps do (see the note below)."""
-    seed: int = 0
-    """Seed of the generator: the same config gives the same problems."""
-
-    def __post_init__(self) -> None:
-        path = section_path("data.math.generator")
-        for name in ("n_pretrain", "n_rl", "n_test"):
-            check(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
-        check(1 <= self.min_steps <= self.max_steps, f"{path}.min_steps", "need 1 <= min_steps <= max_steps")
-        check(self.max_steps <= 6, f"{path}.max_steps", f"at most 6 steps are supported, got {self.max_steps}")
-        check(self.max_operand >= 5, f"{path}.max_operand", f"must be >= 5, got {self.max_operand}")
-        check(
-            self.max_result >= 2 * self.max_operand,
-            f"{path}.max_result",
-            f"must be >= 2 x max_operand = {2 * self.max_operand}, got {self.max_result}",
-        )
+from cory.settings import MathDataConfig, MathGenConfig  # noqa: F401  (re-exported: the params sections)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -426,26 +390,3 @@ def pretraining_texts(
     return texts
 
 
-@dataclass
-class MathDataConfig:
-    """Where the math problems come from: the generator (offline, small models) or GSM8K itself."""
-
-    source: Literal["generated", "gsm8k"] = "generated"
-    """"generated" (this module's problems) or "gsm8k" (the real data set at gsm8k_path)."""
-    gsm8k_path: str = "../shared/data/gsm8k"
-    """A folder with GSM8K's train.jsonl and test.jsonl (relative to the project root), or a hub name (openai/gsm8k)."""
-    generator: MathGenConfig = field(default_factory=MathGenConfig)
-    """Sizes and difficulty of generated problems (source: generated)."""
-    n_pretrain: int | None = None
-    """source gsm8k: pretrain = the first n_pretrain train rows (null: all of them)."""
-    n_rl: int | None = None
-    """source gsm8k: rl = the first n_rl train rows (null: all of them)."""
-    n_test: int | None = None
-    """source gsm8k: test = the first n_test test rows (null: all of them)."""
-
-    def __post_init__(self) -> None:
-        path = section_path("data.math")
-        check(self.source in ("generated", "gsm8k"), f"{path}.source", f"'generated' or 'gsm8k', got {self.source!r}")
-        for name in ("n_pretrain", "n_rl", "n_test"):
-            value = getattr(self, name)
-            check(value is None or value > 0, f"{path}.{name}", f"must be > 0 or null, got {value}")

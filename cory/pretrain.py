@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,82 +21,11 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from cory.config import ConfigError, check, section_path
+from cory.config import ConfigError
+from cory.settings import LMConfig, PretrainConfig
 
 ID2LABEL = {0: "NEGATIVE", 1: "POSITIVE"}
 """The label names of `lvwerra/distilbert-imdb`, so the reward reads the POSITIVE logit the same way (CORY.md §2.1)."""
-
-
-@dataclass
-class LMConfig:
-    """Shape of a GPT-2 built from scratch (random init)."""
-
-    n_layer: int = 6
-    """Transformer blocks."""
-    n_embd: int = 384
-    """Hidden width."""
-    n_head: int = 6
-    """Attention heads; must divide n_embd."""
-    n_positions: int = 256
-    """Longest sequence (position embeddings); RL texts are ~10-60 tokens."""
-    dropout: float = 0.1
-    """Embedding, attention and residual dropout (GPT-2's 0.1; stays in the saved config, as in the hub's GPT-2)."""
-
-    def __post_init__(self) -> None:
-        path = section_path("lm")
-        for name in ("n_layer", "n_embd", "n_head", "n_positions"):
-            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
-        check(self.n_embd % self.n_head == 0, f"{path}.n_head", f"must divide n_embd = {self.n_embd}")
-        check(0.0 <= self.dropout < 1.0, f"{path}.dropout", f"must be in [0, 1), got {self.dropout}")
-
-
-@dataclass
-class PretrainConfig:
-    """Causal-LM pretraining on a packed token stream: AdamW, linear warmup then cosine decay."""
-
-    epochs: float = 1.0
-    """Passes over the training stream: steps = ceil(epochs * stream tokens / batch_tokens), unless `steps` is set."""
-    steps: int | None = None
-    """Optimizer steps; when set, overrides epochs."""
-    batch_tokens: int = 65536
-    """Tokens per optimizer step (batch_tokens / seq_len windows); must be a multiple of seq_len."""
-    seq_len: int = 256
-    """Window length in tokens; at most the model's n_positions."""
-    learning_rate: float = 1e-3
-    """Peak AdamW learning rate."""
-    min_lr_ratio: float = 0.1
-    """The cosine decays to learning_rate * min_lr_ratio at the last step."""
-    warmup_steps: int = 100
-    """Linear warmup steps."""
-    betas: tuple[float, float] = (0.9, 0.95)
-    """AdamW betas."""
-    weight_decay: float = 0.1
-    """AdamW weight decay on matrices and embeddings (not on biases and layer norms)."""
-    grad_clip: float | None = 1.0
-    """Clip the gradient norm to this; null disables."""
-    eval_every: int = 200
-    """Steps between validation evaluations (the last step is always evaluated)."""
-    eval_tokens: int = 262144
-    """Validation tokens scored per evaluation (the start of the validation stream)."""
-    seed: int = 0
-    """Seeds the init, dropout and the window sampler."""
-    compile: bool = False
-    """torch.compile the model for the training steps (CUDA; pays a compile time up front)."""
-
-    def __post_init__(self) -> None:
-        path = section_path("pretrain")
-        check(self.steps is None or self.steps > 0, f"{path}.steps", f"must be > 0 or null, got {self.steps}")
-        for name in ("epochs", "seq_len", "learning_rate", "eval_every", "eval_tokens"):
-            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
-        check(
-            self.batch_tokens > 0 and self.batch_tokens % self.seq_len == 0,
-            f"{path}.batch_tokens",
-            f"must be a positive multiple of seq_len = {self.seq_len}, got {self.batch_tokens}",
-        )
-        check(0.0 <= self.min_lr_ratio <= 1.0, f"{path}.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
-        check(self.warmup_steps >= 0, f"{path}.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        check(self.weight_decay >= 0, f"{path}.weight_decay", f"must be >= 0, got {self.weight_decay}")
-        check(self.grad_clip is None or self.grad_clip > 0, f"{path}.grad_clip", "must be > 0 or null")
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -18,15 +18,49 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cory.config import ConfigError
+
 EXPECTED_RUNS = {
     "imdb": ("ppo", "ppo_2x", "cory", "cory_no_kt", "cory_no_rex", "cory_competitive"),
     "math": ("ppo", "cory"),
 }
-"""Experiment group -> the runs the report reads (run folders under outputs/<profile>/runs/<group>/)."""
+"""Experiment group -> the runs the report's figures and claims read (run folders under outputs/<profile>/runs/
+<group>/). A run named ppo* is single-agent PPO, any other CORY. `check_report_inputs` checks them against params."""
 PARETO_GROUP = "pareto"
-"""Group of the KL-coefficient sweep: runs ppo_eta<e> and cory_eta<e> (Fig. 2c)."""
+"""Group of the KL-coefficient sweep: runs ppo_eta<e> and cory_eta<e> (Fig. 2c), from its runs ppo and cory."""
 PASSK_MODELS = ("base", "ppo", "cory_llm1", "cory_llm2")
-"""Models of eval/passk.json drawn in Fig. 5."""
+"""Models of eval/passk.json drawn in Fig. 5 (params evaluation.models)."""
+
+
+def check_report_inputs(jobs: dict[str, list], models: dict[str, str]) -> None:
+    """The runs and models the report reads are what params train and evaluate: each expected run in its group
+    with its algorithm, the sweep group with both algorithms, each Fig. 5 model in evaluation.models. Called by
+    pipeline.params.validate, so a renamed run stops `dvc repro` before training rather than in the report.
+
+    `jobs` is group -> its resolved cory.experiments.Job list. Params without any of the report's groups (a side
+    experiment such as scripts/variants.py writes) are not checked: no report is made of them."""
+    if not any(group in jobs for group in (*EXPECTED_RUNS, PARETO_GROUP)):
+        return
+    for group, names in EXPECTED_RUNS.items():
+        if group not in jobs:
+            raise ConfigError(f"experiments.{group}: missing; the report reads its runs {', '.join(names)} "
+                              "(cory/results.py EXPECTED_RUNS)")
+        algorithms = {job.run: job.algorithm for job in jobs[group]}
+        for name in names:
+            where = f"experiments.{group}.runs.{name}"
+            if name not in algorithms:
+                raise ConfigError(f"{where}: missing; the report reads this run (cory/results.py EXPECTED_RUNS)")
+            expected = "ppo" if name.split("_")[0] == "ppo" else "cory"
+            if algorithms[name] != expected:
+                raise ConfigError(f"{where}: the report reads it as a {expected.upper()} run, but it trains "
+                                  f"{'one agent' if expected == 'cory' else 'two agents'} (train.cory.n_agents)")
+    sweep = {job.run.rsplit("_eta", 1)[0] for job in jobs.get(PARETO_GROUP, ()) if "_eta" in job.run}
+    if sweep != {"ppo", "cory"}:
+        raise ConfigError(f"experiments.{PARETO_GROUP}: the report's Fig. 2c needs this group with runs ppo and cory "
+                          f"and a sweep_eta, got sweep runs {sorted(sweep) or 'none'}")
+    missing = [m for m in PASSK_MODELS if m not in models]
+    if missing:
+        raise ConfigError(f"evaluation.models: needs {', '.join(missing)} (Fig. 5 draws {', '.join(PASSK_MODELS)})")
 
 
 @dataclass

@@ -21,6 +21,13 @@ MLflow mirrors DVC, which keeps one output per run and replaces it when the run 
 - Results DVC restores from its cache (or `dvc pull`s) ran no code, so sync_runs, called by the report stage, logs a
   run tagged `restored_from=dvc` (params from config.json, metric history from history.csv) for every run folder
   whose current run is missing, unfinished or of another config_hash.
+
+For comparing runs in the UI, a training run is named "<group>/<run>/seed<k>"; its params are its resolved train
+config flattened (`ppo.learning_rate`, `cory.n_agents`, `seed`, ...) plus what it is a run of, `group`, `run`, `task`
+and `model` (run_identity: PPO-2x differs from PPO by its model alone); its generations are the table artifact
+`samples.json` (one row per generation: iteration, phase, agent, role, query, response, score, prompt). The report
+stage ends with one parent run per `dvc repro` (log_pipeline_run): the headline numbers as metrics and as its
+description, each claim's verdict, reports/<profile>/ as artifacts, and the runs the report is made of nested under it.
 """
 
 from __future__ import annotations
@@ -47,6 +54,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 RUN_FILES = ("config.json", "history.csv", "summary.json")
 """The files of a finished training run folder that sync_runs reads (summary.json is written last)."""
+SAMPLES_TABLE = "samples.json"
+"""A training run's generations as an MLflow table artifact (samples_table), shown by the UI's artifact viewer."""
+PIPELINE_KEY = "pipeline"
+"""run_key (after "<profile>/") of the parent run of one `dvc repro`: the newest supersedes the older ones."""
 
 
 def tracking_uri() -> str:
@@ -74,6 +85,43 @@ def provenance(device: str) -> dict[str, Any]:
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__},
         "git_commit": git_commit(),
     }
+
+
+def pipeline_run_id(commit: str) -> str:
+    """What one `dvc repro` shares: $CORY_PIPELINE_RUN, else the git commit."""
+    return os.environ.get("CORY_PIPELINE_RUN") or commit
+
+
+def run_identity(key: str, task: str | None = None, model: str | None = None) -> dict[str, str]:
+    """What a training run is a run of, logged as params beside its config and as tags: its group and run (from its
+    key "<group>/<run>/seed<k>"), its task (the name its group's `task` gives) and its base model (a local folder by
+    its name, e.g. imdb_large; a hub name as it is). The config alone does not tell PPO-2x from PPO: the model does."""
+    group, run, _ = key.split("/")
+    if model is not None and Path(model).is_absolute():
+        model = Path(model).name
+    identity = {"group": group, "run": run, "task": task, "model": model}
+    return {name: value for name, value in identity.items() if value is not None}
+
+
+def samples_table(rows: list[dict[str, Any]], iterations: int) -> dict[str, list]:
+    """samples.jsonl (cory.trainer: one row per query, with <role>_agent/_prompt/_response/_score per role) as one
+    row per generation, the shape the UI filters and compares across runs. Columns: iteration; phase ("before
+    training": LLM1 alone at iteration -1, "training", "after training": LLM1 alone at iteration `iterations`); agent
+    (llm1, llm2); role (pioneer, observer; "alone" before and after training); query; response; score; prompt (the
+    observer's holds the pioneer's response)."""
+    table: dict[str, list] = {name: [] for name in
+                              ("iteration", "phase", "agent", "role", "query", "response", "score", "prompt")}
+    for row in rows:
+        iteration = int(row["iteration"])
+        phase = "before training" if iteration < 0 else "after training" if iteration >= iterations else "training"
+        for role in ("pioneer", "observer"):
+            if f"{role}_response" not in row:
+                continue
+            values = (iteration, phase, row[f"{role}_agent"], role if phase == "training" else "alone", row["query"],
+                      row[f"{role}_response"], row[f"{role}_score"], row[f"{role}_prompt"])
+            for column, value in zip(table.values(), values):
+                column.append(value)
+    return table
 
 
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -124,7 +172,7 @@ def run_tags(
         "dvc_stage": stage,
         "profile": profile,
         "git_commit": commit,
-        "pipeline_run": os.environ.get("CORY_PIPELINE_RUN") or commit,
+        "pipeline_run": pipeline_run_id(commit),
         "config_hash": config_hash(params),
         "mlflow.source.name": source,
         "mlflow.source.type": "LOCAL",
@@ -218,6 +266,13 @@ class Tracker:
     def log_artifact(self, path: str | Path) -> None:
         self._call("log_artifact", lambda: self._client.log_artifact(self.run_id, str(path)))
 
+    def log_artifacts(self, folder: str | Path, artifact_path: str | None = None) -> None:
+        self._call("log_artifacts", lambda: self._client.log_artifacts(self.run_id, str(folder), artifact_path))
+
+    def log_samples(self, path: str | Path, iterations: int) -> None:
+        """Log a run's samples.jsonl as the table SAMPLES_TABLE (see samples_table)."""
+        self._call("log_samples", lambda: _log_samples(self._client, self.run_id, Path(path), iterations))
+
     def log_dict(self, dictionary: dict[str, Any], artifact_file: str) -> None:
         self._call("log_dict", lambda: self._client.log_dict(self.run_id, dictionary, artifact_file))
 
@@ -307,19 +362,22 @@ def start_run(
     algorithm: str | None = None,
     key: str | None = None,
     source: str | None = None,
+    identity: dict[str, str] | None = None,
 ) -> Iterator[Tracker]:
     """An MLflow run for one DVC stage (or one training run of it), logging the resolved `params` flattened.
 
     `outputs` is the folder of the stage's DVC outputs, named in the warning when MLflow is unavailable. `key` names
     what the run is a run of within the profile (a training run's "<group>/<run>/seed<k>"): a new run of a key
     supersedes the older ones (see the module docstring). `source` is the code that ran, shown in the UI's Source
-    column; default: the module run as __main__ (e.g. "pipeline.train"). The run ends FINISHED, KILLED if the body is
-    interrupted (KeyboardInterrupt, SystemExit, SIGTERM) or FAILED if it raises; the exception propagates, MLflow
-    errors never do.
+    column; default: the module run as __main__ (e.g. "pipeline.train"). `identity` (run_identity) is logged as
+    params and tags beside `params`, but left out of config_hash, which stands for config.json. The run ends
+    FINISHED, KILLED if the body is interrupted (KeyboardInterrupt, SystemExit, SIGTERM) or FAILED if it raises; the
+    exception propagates, MLflow errors never do.
     """
     extra = {
         **({"seed": seed} if seed is not None else {}),
         **({"algorithm": algorithm} if algorithm is not None else {}),
+        **(identity or {}),
         **(tags or {}),
     }
     tracker = Tracker(None, None, outputs)
@@ -331,7 +389,7 @@ def start_run(
         tracker = Tracker(client, run_id, outputs)
     except Exception as exc:  # noqa: BLE001 - tracking must never break a stage
         tracker.disable(exc)
-    tracker.log_params(params)
+    tracker.log_params({**params, **(identity or {})})
     try:
         with _sigterm_raises_system_exit():
             yield tracker
@@ -368,29 +426,39 @@ def _is_logged(client, experiment_id: str, run_key: str, digest: str) -> bool:
     )
 
 
-def _restore(client, experiment_id: str, folder: Path, key: str, profile: str, config: dict[str, Any]) -> None:
+def _log_samples(client, run_id: str, path: Path, iterations: int) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    client.log_table(run_id, samples_table(rows, iterations), SAMPLES_TABLE)
+
+
+def _restore(
+    client, experiment_id: str, folder: Path, key: str, profile: str, config: dict[str, Any], task: str | None
+) -> None:
     """Log a run folder as the finished training run it records, with the commit that trained it."""
     from mlflow.entities import Metric, Param
 
     summary = json.loads((folder / "summary.json").read_text())
     trained_by = folder / "provenance.json"
-    commit = json.loads(trained_by.read_text()).get("git_commit", "unknown") if trained_by.is_file() else "unknown"
-    group, run, _ = key.split("/")
-    extra = {"group": group, "run": run, "seed": summary.get("seed"), "algorithm": summary.get("algorithm"),
-             "restored_from": "dvc"}
+    provenance_ = json.loads(trained_by.read_text()) if trained_by.is_file() else {}
+    commit = provenance_.get("git_commit", "unknown")
+    identity = run_identity(key, task, provenance_.get("model"))
+    extra = {**identity, "seed": summary.get("seed"), "algorithm": summary.get("algorithm"), "restored_from": "dvc"}
     tags = run_tags("train", profile, config, commit=commit, source="pipeline.train", key=key,
                     extra={name: value for name, value in extra.items() if value is not None})
     run_id = _create_run(client, experiment_id, key, tags)
     now = int(time.time() * 1000)
     metrics = [Metric(name, value, now, step) for step, row in read_history(folder / "history.csv")
                for name, value in row.items()]
-    client.log_batch(run_id, metrics=metrics, params=[Param(name, value) for name, value in flatten(config).items()])
+    params = [Param(name, value) for name, value in flatten({**config, **identity}).items()]
+    client.log_batch(run_id, metrics=metrics, params=params)
+    if (folder / "samples.jsonl").is_file():
+        _log_samples(client, run_id, folder / "samples.jsonl", config["iterations"])
     client.set_terminated(run_id, "FINISHED")
 
 
-def sync_runs(runs_dir: Path, profile: str) -> list[str]:
+def sync_runs(runs_dir: Path, profile: str, tasks: dict[str, str] | None = None) -> list[str]:
     """Make sure every finished run folder under runs_dir has a current MLflow run of its config; returns the keys
-    ("<group>/<run>/seed<k>") of the runs it had to log.
+    ("<group>/<run>/seed<k>") of the runs it had to log. `tasks` maps a group to its task's name (the `task` param).
 
     A run DVC restored from its cache, or that `dvc pull` fetched, never ran here; after `dvc repro` the report stage
     calls this so that MLflow still lists every result the report is made of."""
@@ -405,8 +473,115 @@ def sync_runs(runs_dir: Path, profile: str) -> list[str]:
             key = folder.relative_to(runs_dir).as_posix()
             config = json.loads((folder / "config.json").read_text())
             if not _is_logged(client, experiment_id, f"{profile}/{key}", config_hash(config)):
-                _restore(client, experiment_id, folder, key, profile, config)
+                _restore(client, experiment_id, folder, key, profile, config, (tasks or {}).get(key.split("/")[0]))
                 logged.append(key)
     except Exception as exc:  # noqa: BLE001 - tracking must never break a stage
         _warn(f"sync_runs failed: {exc}", runs_dir)
     return logged
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The parent run of one `dvc repro`
+# --------------------------------------------------------------------------------------------------------------------
+
+HEADLINE = {"task_reward": "task reward", "kl": "KL"}
+"""The per-model final values of each training run that the parent run shows, with their column titles."""
+
+
+def headline_metrics(runs_dir: Path) -> dict[str, float]:
+    """The pipeline's headline numbers from training: each run's final task reward and KL per model (summary.json's
+    `final`, the mean over its last iterations), averaged over its seeds, as "headline/<group>.<run>.<llm>.<metric>"
+    (one "/": the UI draws every metric of one prefix in one section of charts, so these make one section)."""
+    values: dict[str, list[float]] = {}
+    for folder in run_folders(runs_dir):
+        run = folder.parent.relative_to(runs_dir).as_posix()
+        for name, value in json.loads((folder / "summary.json").read_text())["final"].items():
+            llm, _, metric = name.partition("/")
+            if llm.startswith("llm") and metric in HEADLINE and value is not None:
+                values.setdefault(f"headline/{run.replace('/', '.')}.{llm}.{metric}", []).append(float(value))
+    return {name: sum(seeds) / len(seeds) for name, seeds in sorted(values.items())}
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def headline_markdown(metrics: dict[str, float], passk: dict[str, Any], verdicts: dict[str, str]) -> str:
+    """The parent run's description (the UI's run page shows it): headline_metrics, Pass@k (eval/passk.json's mean
+    over seeds) and the claims' verdicts as tables."""
+    runs = sorted({name.removeprefix("headline/").rsplit(".", 2)[0] for name in metrics})
+    columns = [(llm, metric) for llm in ("llm1", "llm2") for metric in HEADLINE]
+    lines = ["Final values (mean over the last iterations, then over seeds). The runs this pipeline is made of are "
+             "nested under this run: expand it (+) in the run list.", "",
+             "| run | " + " | ".join(f"{llm.upper()} {HEADLINE[metric]}" for llm, metric in columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
+    lines += [f"| {run.replace('.', '/')} | " + " | ".join(_cell(metrics.get(f"headline/{run}.{llm}.{metric}"))
+                                                        for llm, metric in columns) + " |" for run in runs]
+    ks = sorted({k for result in passk.values() for k in result["mean"]}, key=int)
+    if passk:
+        lines += ["", "| model | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
+        lines += [f"| {model} | " + " | ".join(_cell(result["mean"].get(k)) for k in ks) + " |"
+                  for model, result in passk.items()]
+    if verdicts:
+        lines += ["", "| claim | verdict |", "|---|---|"] + [f"| {key} | {v} |" for key, v in verdicts.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _all_runs(client, experiment_id: str) -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
+        runs += page
+        token = page.token
+        if not token:
+            return runs
+
+
+def _nest(client, parent_id: str, profile: str, runs_dir: Path) -> list[str]:
+    """Make the runs the report is made of children of `parent_id` (returns their ids): the current run of every
+    finished run folder, and the newest finished run of every other stage (by run name, e.g. base_model@math)."""
+    experiment_id = client.get_run(parent_id).info.experiment_id
+    current = [run for run in _all_runs(client, experiment_id)
+               if run.data.tags.get("superseded") != "true" and run.info.run_id != parent_id]
+    keys = {f"{profile}/{folder.relative_to(runs_dir).as_posix()}" for folder in run_folders(runs_dir)}
+    newest: dict[str, Any] = {}
+    for run in current:
+        stage = run.data.tags.get("dvc_stage")
+        if stage in ("train", "report") or run.info.status != "FINISHED":
+            continue
+        if run.info.run_name not in newest or run.info.start_time > newest[run.info.run_name].info.start_time:
+            newest[run.info.run_name] = run
+    children = [run.info.run_id for run in current if run.data.tags.get("run_key") in keys]
+    children += [run.info.run_id for run in newest.values()]
+    for child in children:
+        client.set_tag(child, "mlflow.parentRunId", parent_id)
+    return children
+
+
+def log_pipeline_run(profile: str, runs_dir: Path, passk_path: Path, reports: Path) -> str | None:
+    """The parent run of one `dvc repro`, logged by the report stage once reports/<profile>/ is written; returns its
+    id (None if MLflow is unavailable). Named "pipeline <pipeline_run>" and keyed PIPELINE_KEY (the previous
+    pipeline's parent is superseded), it holds the headline numbers (headline_metrics) as metrics at step 0 and as its
+    description, Pass@k of each model (eval/passk.json's mean over seeds) as "headline/pass_at_<k>.<model>", each
+    claim's verdict as a tag `claim.<key>`, reports/<profile>/ as artifacts under report/, and, nested under it by
+    the tag mlflow.parentRunId, every run the report is made of (_nest)."""
+    try:
+        metrics = headline_metrics(runs_dir)
+        passk = json.loads(passk_path.read_text()) if passk_path.is_file() else {}
+        claims = reports / "claims.json"
+        verdicts = {key: claim["verdict"] for key, claim in json.loads(claims.read_text()).items()} \
+            if claims.is_file() else {}
+    except Exception as exc:  # noqa: BLE001 - tracking must never break a stage
+        _warn(f"log_pipeline_run failed: {exc}", reports)
+        return None
+    tags = {"mlflow.note.content": headline_markdown(metrics, passk, verdicts),
+            **{f"claim.{key}": verdict for key, verdict in verdicts.items()}}
+    name = f"pipeline {pipeline_run_id(git_commit())[:12]}"
+    with start_run("report", {}, tags, name, profile=profile, outputs=reports, key=PIPELINE_KEY,
+                   source="pipeline.report") as parent:
+        parent.log_metrics({**metrics, **{f"headline/pass_at_{k}.{model}": value for model, result in passk.items()
+                                          for k, value in result["mean"].items()}}, step=0)
+        if reports.is_dir():
+            parent.log_artifacts(reports, "report")
+        parent._call("nest runs", lambda: _nest(parent._client, parent.run_id, profile, runs_dir))
+    return parent.run_id if parent.active else None

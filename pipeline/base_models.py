@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import random
 import sys
-from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 import transformers
 
-from cory.config import ConfigError, check, section_path, to_dict
+from cory.config import ConfigError, to_dict
 from cory.pretrain import (
-    LMConfig,
-    PretrainConfig,
     build_causal_lm,
     count_parameters,
     load_pretrained,
@@ -39,47 +35,7 @@ from cory.tracking import provenance, start_run
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
 )
-
-SCRATCH = "scratch"
-
-
-@dataclass
-class BaseModelConfig:
-    """One base language model (params `base_models.<name>`)."""
-
-    corpus: Literal["imdb", "math"]
-    """Training text: "imdb" (data/imdb train and validation reviews) or "math" (data/math/pretrain.jsonl problems)."""
-    source: str = SCRATCH
-    """"scratch" trains a GPT-2 of shape `lm` from random init; a hub name (gpt2-large) or folder is saved as it is."""
-    tokenizer: str = "offline-gpt2"
-    """Tokenizer of a scratch model (a loaded source brings its own)."""
-    holdout: int = 0
-    """math corpus: problems of pretrain.jsonl held out for validation perplexity (imdb has its validation split)."""
-    slip_rate: float = 0.0
-    """math corpus: share of the pretraining solutions whose final step slips (answer off by 1-3; validation, RL and
-    test problems never slip): a base that is usually right but unsure, which a correctness reward can improve."""
-    lm: LMConfig = field(default_factory=LMConfig)
-    """Shape of a scratch model."""
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-    """Training of a scratch model."""
-    compare_params_with: str | None = None
-    """Another base model's name: metrics `param_ratio` = this model's parameters / that model's."""
-    samples: int = 8
-    """Prompts continued in the samples file (IMDB: the Table 3 snippets, then review openings; math: held-out questions)."""
-    sample_tokens: int = 32
-    """New tokens per sample."""
-
-    def __post_init__(self) -> None:
-        path = section_path("base_models.<name>")
-        check(
-            (self.holdout > 0) == (self.corpus == "math"),
-            f"{path}.holdout",
-            f"must be > 0 for the math corpus and 0 for imdb (it has a validation split), got {self.holdout}",
-        )
-        check(0.0 <= self.slip_rate < 1.0, f"{path}.slip_rate", f"must be in [0, 1), got {self.slip_rate}")
-        check(self.slip_rate == 0.0 or self.corpus == "math", f"{path}.slip_rate", "applies to the math corpus only")
-        check(self.samples >= 0, f"{path}.samples", f"must be >= 0, got {self.samples}")
-        check(self.sample_tokens > 0, f"{path}.sample_tokens", f"must be > 0, got {self.sample_tokens}")
+from pipeline.params import SCRATCH, BaseModelConfig
 
 
 def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[str], list[str], list[str]]:

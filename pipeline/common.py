@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import yaml
 
-from cory.config import ConfigError, from_dict
+from cory.config import ConfigError, from_dict, merge
+from pipeline.params import check_profile, check_seeds, filled, validate as validate_tree
 
 T = TypeVar("T")
 
@@ -27,7 +29,7 @@ def shown(path: str | os.PathLike) -> str:
         return str(path)
 
 
-class _StrictLoader(yaml.SafeLoader):
+class StrictLoader(yaml.SafeLoader):
     """yaml.safe_load, except that a key repeated in one mapping is an error: safe_load keeps the last one, so a
     second `train:` block in a params or profile file would silently replace the first."""
 
@@ -44,11 +46,18 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def read_yaml(path: str | os.PathLike) -> Any:
+# YAML 1.2 floats without a dot (2e-05, 1E+3), which YAML 1.1 reads as strings: DVC writes params.yaml with a YAML 1.2
+# writer, so `dvc exp run -S train.ppo.learning_rate=2e-5` leaves `learning_rate: 2e-05` in it.
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def read_yaml(path: str | os.PathLike, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
     """A YAML file's content. A syntax error or a repeated key is one ConfigError naming the file, line and column
     (`params.yaml:12:5: ...`), instead of yaml's traceback."""
     try:
-        return yaml.load(Path(path).read_bytes(), Loader=_StrictLoader)
+        return yaml.load(Path(path).read_bytes(), Loader=loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         within = ""
@@ -62,7 +71,9 @@ def read_yaml(path: str | os.PathLike) -> Any:
 def load_params(path: str | os.PathLike | None = None, validate: bool = True) -> dict[str, Any]:
     """The params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file.
 
-    The whole tree is validated first (pipeline.params), so a typo anywhere stops every stage before it starts."""
+    The whole tree is validated first (pipeline.params), so a typo anywhere stops every stage before it starts.
+    params.yaml is a working copy: `python -m pipeline.profile NAME` writes it from profiles/, and it may be edited
+    (by hand or by `dvc exp run -S key=value`) like any params file; only its content is checked."""
     path = Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
     if not path.is_file():
         raise ConfigError(f"{shown(path)}: params file not found")
@@ -70,8 +81,6 @@ def load_params(path: str | os.PathLike | None = None, validate: bool = True) ->
     if not isinstance(params, dict):
         raise ConfigError(f"{shown(path)}: must hold a mapping of settings, got {type(params).__name__}")
     if validate:
-        from pipeline.params import validate as validate_tree
-
         try:
             validate_tree(params)
         except ConfigError as exc:
@@ -106,20 +115,20 @@ def run_stage(main: Callable[[], None]) -> None:
 
 
 def section(params: dict[str, Any], dotted: str, cls: type[T]) -> T:
-    """Validate and build the section at `dotted` (e.g. "data.imdb") as dataclass `cls`."""
+    """Validate and build the section at `dotted` (e.g. "data.imdb") as dataclass `cls`, with the settings that
+    come from elsewhere filled in (pipeline.params.FILLED: e.g. the evaluation prompt is the math task's)."""
     node: Any = params
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             raise ConfigError(f"{dotted}: section missing from params.yaml")
         node = node[part]
+    if isinstance(node, dict):
+        node = merge(node, filled(params, dotted))
     return from_dict(cls, node, dotted)
 
 
 def profile(params: dict[str, Any]) -> str:
-    name = params.get("profile")
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ConfigError(f"profile: must be a simple name like 'default' or 'smoke', got {name!r}")
-    return name
+    return check_profile(params.get("profile"))
 
 
 def out_dir(params: dict[str, Any], *parts: str) -> Path:
@@ -204,12 +213,7 @@ class stage_timer:
 
 def seeds(params: dict[str, Any]) -> list[int]:
     """The top-level `seeds` list every training and evaluation stage shares."""
-    value = params.get("seeds")
-    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
-        raise ConfigError(f"seeds: must be a non-empty list of integers, got {value!r}")
-    if len(set(value)) != len(value):
-        raise ConfigError(f"seeds: must not repeat a seed, got {value!r}")
-    return value
+    return check_seeds(params.get("seeds"))
 
 
 def require_device(params: dict[str, Any]) -> None:

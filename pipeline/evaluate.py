@@ -13,43 +13,20 @@ Outputs, under outputs/<profile>/eval/:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from cory.config import ConfigError, check, section_path, to_dict
-from cory.evaluation import EvalConfig, evaluate_pass_at_k
+from cory.config import ConfigError, to_dict
+from cory.evaluation import evaluate_pass_at_k
 from cory.tracking import start_run
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
 )
+from pipeline.params import EvaluateConfig
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
-
-
-@dataclass(kw_only=True)
-class EvaluateConfig(EvalConfig):
-    """The evaluate stage (params `evaluation`): pass@k settings, the prompt, and the models to evaluate."""
-
-    prompt_template: str
-    """The pioneer prompt of training, "{query}" standing for the question (keep it equal to the train stage's)."""
-    models: dict[str, str]
-    """Model name -> its folder, relative to outputs/<profile>/ (or absolute); "{seed}" is replaced by each seed."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        path = section_path("evaluation")
-        check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
-        check(len(self.models) > 0, f"{path}.models", "must name at least one model")
-        for name, folder in self.models.items():
-            try:
-                folder.format(seed=0)
-            except (KeyError, IndexError, ValueError) as exc:
-                raise ConfigError(
-                    f'{path}.models.{name}: only "{{seed}}" may appear in braces, got {folder!r} ({exc!r})'
-                ) from None
 
 
 def training_seeds(params: dict) -> list[int]:

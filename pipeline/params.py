@@ -1,128 +1,384 @@
-"""The whole params tree, validated at once: `python -m pipeline.params` (also the first thing every stage does).
+"""The params tree: one typed schema, checked as a whole before any stage runs (`python -m pipeline.params`).
 
-Each top-level key of params.yaml maps to the typed section that reads it. An unknown key anywhere, a wrong type or
-an impossible value is one `ConfigError` naming the setting, raised before any data is read or model trained.
+`Params` is the schema of params.yaml: each top-level key is a typed section (a dataclass whose fields document the
+settings; the library's sections are in cory.config, cory.settings, cory.data and cory.experiments), built by
+`cory.config.from_dict`, so an unknown key, a wrong type or an impossible value is one ConfigError naming the
+setting by its dotted path. `validate` then checks what no single section can: names that refer to other entries
+(base models, tasks, runs), lengths against model sizes, every run x seed of every experiment group resolved, the
+model folders pass@k evaluates, and the runs and models the report reads. It imports no stage module and no torch,
+so it is quick and has no side effects; every stage calls it first (pipeline.common.load_params).
+
+One source per setting: a setting that is filled from somewhere else may not be written in params. The train block
+of a run gets its `seed` from `seeds` and its templates from its task (cory.experiments.expand_jobs rejects them in
+any train block); the sections below get the settings of FILLED, and writing one is an error naming it and its
+source, where it used to be silently replaced or ignored.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Literal
 
-from cory.config import ConfigError, CORYConfig, TrainConfig, from_dict, merge
+from cory.config import ConfigError, TrainConfig, check, from_dict, merge, section_path
+from cory.data import IMDBDataConfig
+from cory.experiments import ExperimentConfig, TaskConfig, expand_jobs
+from cory.results import check_report_inputs
+from cory.settings import ClassifierConfig, EvalConfig, LMConfig, MathDataConfig, PretrainConfig, ReportConfig
+
+SCRATCH = "scratch"
+"""`source` of a model trained here from random init (base models, the reward classifier)."""
+PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+DEVIATIONS = PROFILES / "deviations.yaml"
+"""Why each profile's settings differ from the paper's: prose, so kept out of params (report.deviations)."""
+EVAL_TASK = "math"
+"""The task whose test problems and prompt pass@k uses (the evaluate stage reads data/math/test.jsonl)."""
 
 
-def _sections() -> dict[str, Callable[[dict, Any], None]]:
-    # Imported here: the section classes live beside the stages that read them.
-    from cory.data import IMDBDataConfig
-    from cory.experiments import TaskConfig, expand_jobs, parse_experiment
-    from cory.mathgen import MathDataConfig
-    from pipeline.base_models import BaseModelConfig
-    from pipeline.evaluate import EvaluateConfig
-    from pipeline.report import ReportConfig
-    from pipeline.reward_model import RewardModelConfig
-    from pipeline.train import RuntimeConfig
-    from pipeline import common
+# --------------------------------------------------------------------------------------------------------------------
+# Sections of the stages (the library's own sections are imported above)
+# --------------------------------------------------------------------------------------------------------------------
 
-    def mapping(value: Any, key: str) -> dict:
-        # A section left empty (`train:`) is null, which from_dict would read as "all defaults": an error instead.
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: must be a mapping, got {type(value).__name__}")
-        return value
 
-    def typed(cls, key):
-        return lambda params, value: from_dict(cls, mapping(value, key), key)
+@dataclass
+class RuntimeConfig:
+    """How stages use the machine."""
 
-    def check_length(tokens: int, n_positions: int, key: str, limit: str) -> None:
-        if tokens > n_positions:
-            raise ConfigError(f"{key}: {tokens} tokens exceed the model's {limit} = {n_positions}")
+    workers: int = 1
+    """Training runs executed at once (parallel processes sharing the GPU); 1 runs them one after another."""
+    log_every: int = 1
+    """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
+    checkpoint_every: int = 10
+    """Save each RL run's whole training state every this many iterations, so a killed run resumes (0: never)."""
+    device: Literal["auto", "cuda"] = "auto"
+    """Where stages compute: "cuda" requires a GPU and every stage stops at its start without one (a profile sized
+    for a GPU would run for days on a CPU); "auto" uses a GPU when torch sees one."""
 
-    def data(params: dict, value: Any) -> None:
-        value = mapping(value, "data")
-        for key in value:
-            if key not in ("imdb", "math"):
-                raise ConfigError(f"data.{key}: unknown data set (known: imdb, math)")
-        for key, cls in (("imdb", IMDBDataConfig), ("math", MathDataConfig)):
-            if key not in value:
-                raise ConfigError(f"data.{key}: section missing from params.yaml")
-            typed(cls, f"data.{key}")(params, value[key])
+    def __post_init__(self) -> None:
+        path = section_path("runtime")
+        check(self.workers >= 1, f"{path}.workers", f"must be >= 1, got {self.workers}")
+        check(self.log_every >= 1, f"{path}.log_every", f"must be >= 1, got {self.log_every}")
+        check(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
 
-    def base_model_name(name: Any, key: str, params: dict) -> None:
-        known = params.get("base_models") or {}
-        if name not in known:
-            raise ConfigError(f"{key}: no base model {name!r} (known: {', '.join(known)})")
 
-    def base_models(params: dict, value: Any) -> None:
-        for name, entry in mapping(value, "base_models").items():
-            cfg = from_dict(BaseModelConfig, mapping(entry, f"base_models.{name}"), f"base_models.{name}")
-            if cfg.compare_params_with is not None:
-                base_model_name(cfg.compare_params_with, f"base_models.{name}.compare_params_with", params)
-            # pretrain_lm checks this too, but once the corpus is read; a scratch model's shape is known now.
-            if cfg.source == "scratch":
-                check_length(cfg.pretrain.seq_len, cfg.lm.n_positions, f"base_models.{name}.pretrain.seq_len",
-                             f"base_models.{name}.lm.n_positions")
+@dataclass
+class DataConfig:
+    """The data sets (a prepare stage each)."""
 
-    def reward_model(params: dict, value: Any) -> None:
-        cfg = typed(RewardModelConfig, "reward_model")(params, value)
-        if cfg.source != "scratch":
-            return
-        # A scratch classifier starts from the init_from base model's body, or from nothing in the shape classifier.lm.
-        if cfg.init_from is None:
-            lm, where = cfg.classifier.lm, "reward_model.classifier.lm"
+    imdb: IMDBDataConfig
+    """IMDB reviews and the RL prompts cut from them."""
+    math: MathDataConfig
+    """Math word problems: pretraining, RL and test splits."""
+
+
+@dataclass
+class BaseModelConfig:
+    """One base language model (params `base_models.<name>`)."""
+
+    corpus: Literal["imdb", "math"]
+    """Training text: "imdb" (data/imdb train and validation reviews) or "math" (data/math/pretrain.jsonl problems)."""
+    source: str = SCRATCH
+    """"scratch" trains a GPT-2 of shape `lm` from random init; a hub name (gpt2-large) or folder is saved as it is."""
+    tokenizer: str = "offline-gpt2"
+    """Tokenizer of a scratch model (a loaded source brings its own)."""
+    holdout: int = 0
+    """math corpus: problems of pretrain.jsonl held out for validation perplexity (imdb has its validation split)."""
+    slip_rate: float = 0.0
+    """math corpus: share of the pretraining solutions whose final step slips (answer off by 1-3; validation, RL and
+    test problems never slip): a base that is usually right but unsure, which a correctness reward can improve."""
+    lm: LMConfig = field(default_factory=LMConfig)
+    """Shape of a scratch model."""
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    """Training of a scratch model."""
+    compare_params_with: str | None = None
+    """Another base model's name: metrics `param_ratio` = this model's parameters / that model's."""
+    samples: int = 8
+    """Prompts continued in the samples file (IMDB: the Table 3 snippets, then review openings; math: held-out questions)."""
+    sample_tokens: int = 32
+    """New tokens per sample."""
+
+    def __post_init__(self) -> None:
+        path = section_path("base_models.<name>")
+        check(
+            (self.holdout > 0) == (self.corpus == "math"),
+            f"{path}.holdout",
+            f"must be > 0 for the math corpus and 0 for imdb (it has a validation split), got {self.holdout}",
+        )
+        check(0.0 <= self.slip_rate < 1.0, f"{path}.slip_rate", f"must be in [0, 1), got {self.slip_rate}")
+        check(self.slip_rate == 0.0 or self.corpus == "math", f"{path}.slip_rate", "applies to the math corpus only")
+        check(self.samples >= 0, f"{path}.samples", f"must be >= 0, got {self.samples}")
+        check(self.sample_tokens > 0, f"{path}.sample_tokens", f"must be > 0, got {self.sample_tokens}")
+
+
+@dataclass
+class RewardModelConfig:
+    """The sentiment reward model (params `reward_model`)."""
+
+    source: str = SCRATCH
+    """"scratch" trains a GPT-2 classifier here; a hub name (lvwerra/distilbert-imdb) or folder is used as is."""
+    init_from: str | None = "imdb_small"
+    """scratch: the base model (outputs/<profile>/models/<name>) whose body starts the classifier; null = random init."""
+    tokenizer: str = "offline-gpt2"
+    """Tokenizer of a classifier trained with init_from null (otherwise the base model's own is used)."""
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    """Training (scratch) and evaluation lengths."""
+
+    def __post_init__(self) -> None:
+        path = section_path("reward_model")
+        check(
+            self.source == SCRATCH or self.init_from is None,
+            f"{path}.init_from",
+            f"only applies to source: scratch (source is {self.source!r}); set it to null",
+        )
+
+
+@dataclass(kw_only=True)
+class EvaluateConfig(EvalConfig):
+    """The evaluate stage (params `evaluation`): pass@k settings, the prompt, and the models to evaluate."""
+
+    prompt_template: str
+    """The pioneer prompt of training, "{query}" standing for the question. Filled from tasks.math.prompt_template
+    (FILLED): params may not set it, so pass@k always asks in the words the math runs trained on."""
+    models: dict[str, str]
+    """Model name -> its folder, relative to outputs/<profile>/ (or absolute); "{seed}" is replaced by each seed.
+    A relative folder names what the pipeline writes: models/<base model> or
+    checkpoints/<group>/<run>/seed{seed}/<llm1|llm2> of a group that saves its models."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        path = section_path("evaluation")
+        check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
+        check(len(self.models) > 0, f"{path}.models", "must name at least one model")
+        for name, folder in self.models.items():
+            try:
+                folder.format(seed=0)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(
+                    f'{path}.models.{name}: only "{{seed}}" may appear in braces, got {folder!r} ({exc!r})'
+                ) from None
+
+
+@dataclass
+class Params:
+    """params.yaml: every setting of the pipeline, one typed section per top-level key."""
+
+    profile: str
+    """The profile the settings came from (`python -m pipeline.profile NAME`); every output path contains it."""
+    seeds: list[int]
+    """Training seeds: every RL run is repeated over them, and pass@k evaluates each seed's models."""
+    runtime: RuntimeConfig
+    data: DataConfig
+    base_models: dict[str, BaseModelConfig]
+    """Base language models by name; a DVC stage base_model@<name> each."""
+    reward_model: RewardModelConfig
+    train: TrainConfig
+    """The train block every RL run reads; experiment groups and their runs override parts of it."""
+    tasks: dict[str, TaskConfig]
+    """RL tasks by name: base model, prompts, reward, templates."""
+    experiments: dict[str, ExperimentConfig]
+    """Experiment groups by name: runs x seeds of one task (the train stage's units)."""
+    evaluation: EvaluateConfig
+    report: ReportConfig
+
+    def __post_init__(self) -> None:
+        check_profile(self.profile)
+        check_seeds(self.seeds)
+
+
+def check_profile(name: Any) -> str:
+    check(isinstance(name, str) and name.isidentifier(), "profile",
+          f"must be a simple name like 'default' or 'smoke', got {name!r}")
+    return name
+
+
+def check_seeds(value: Any) -> list[int]:
+    ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+    check(bool(ok), "seeds", f"must be a non-empty list of integers, got {value!r}")
+    check(len(set(value)) == len(value), "seeds", f"must not repeat a seed, got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Settings filled from elsewhere
+# --------------------------------------------------------------------------------------------------------------------
+
+FILLED = {
+    "evaluation.prompt_template": f"tasks.{EVAL_TASK}.prompt_template",
+    "report.deviations": "profiles/deviations.yaml",
+}
+"""Section setting -> where its value comes from. Params may not write these: a second copy could only drift."""
+
+
+def deviations(profile: str, path: Path = DEVIATIONS) -> dict[str, str]:
+    """The profile's entry of profiles/deviations.yaml (setting -> why it differs from the paper's), {} if none."""
+    from pipeline.common import read_yaml, shown  # here: pipeline.common imports this module
+
+    content = read_yaml(path) if path.is_file() else {}
+    where = shown(path)
+    check(isinstance(content, dict), where, "must map profile names to {setting: why}")
+    for name in content:
+        check(name != path.stem and (path.parent / f"{name}.yaml").is_file(), f"{where}: {name}",
+              "no such profile in profiles/")
+    entry = content.get(profile) or {}
+    check(isinstance(entry, dict) and all(isinstance(v, str) for v in entry.values()), f"{where}: {profile}",
+          "must map settings to the text that explains them")
+    return {str(k): v for k, v in entry.items()}
+
+
+def filled(params: dict, section: str) -> dict[str, Any]:
+    """The FILLED settings of one top-level section, from their sources."""
+    if section == "evaluation":
+        task = (params.get("tasks") or {}).get(EVAL_TASK)
+        check(isinstance(task, dict), f"tasks.{EVAL_TASK}",
+              "missing: evaluation takes its prompt_template (and test problems) from this task")
+        return {"prompt_template": task.get("prompt_template", TaskConfig.prompt_template)}
+    if section == "report":
+        return {"deviations": deviations(check_profile(params.get("profile")))}
+    return {}
+
+
+def with_filled(params: dict) -> dict:
+    """params with every FILLED setting in place; an error if params write one themselves."""
+    for dotted, source in FILLED.items():
+        section, key = dotted.split(".")
+        if isinstance(params.get(section), dict) and key in params[section]:
+            raise ConfigError(f"{dotted}: comes from {source}; remove it from the params (one source per setting)")
+    return {key: merge(value, filled(params, key)) if isinstance(value, dict) else value
+            for key, value in params.items()}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Checks across sections
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def check_base_model_name(name: Any, key: str, tree: Params) -> None:
+    check(name in tree.base_models, key, f"no base model {name!r} (known: {', '.join(tree.base_models)})")
+
+
+def check_length(tokens: int, n_positions: int, key: str, limit: str) -> None:
+    check(tokens <= n_positions, key, f"{tokens} tokens exceed the model's {limit} = {n_positions}")
+
+
+def check_models(tree: Params, raw: dict) -> None:
+    """Base models and the reward model: references by name, lengths, and settings their source ignores."""
+    for name, cfg in tree.base_models.items():
+        where = f"base_models.{name}"
+        if cfg.compare_params_with is not None:
+            check_base_model_name(cfg.compare_params_with, f"{where}.compare_params_with", tree)
+        if cfg.source == SCRATCH:  # pretrain_lm checks this too, but once the corpus is read
+            check_length(cfg.pretrain.seq_len, cfg.lm.n_positions, f"{where}.pretrain.seq_len", f"{where}.lm.n_positions")
         else:
-            base_model_name(cfg.init_from, "reward_model.init_from", params)
-            body = from_dict(BaseModelConfig, params["base_models"][cfg.init_from], f"base_models.{cfg.init_from}")
-            if body.source != "scratch":
-                return  # a hub model's n_positions is known once it is loaded
-            lm, where = body.lm, f"base_models.{cfg.init_from}.lm"
-        check_length(cfg.classifier.max_length, lm.n_positions, "reward_model.classifier.max_length",
-                     f"{where}.n_positions")
-
-    def tasks(params: dict, value: Any) -> None:
-        # Every run of a task reads its templates as train.prompt_template and train.cory.observer_template: they
-        # are checked here, so that an error names the task's key, not a run's.
-        for name, entry in mapping(value, "tasks").items():
-            task = from_dict(TaskConfig, mapping(entry, f"tasks.{name}"), f"tasks.{name}")
-            from_dict(TrainConfig, {"prompt_template": task.prompt_template}, f"tasks.{name}")
-            from_dict(CORYConfig, {"observer_template": task.observer_template}, f"tasks.{name}")
-
-    def experiments(params: dict, value: Any) -> None:
-        base = params.get("train") or {}
-        for group in mapping(value, "experiments"):
-            exp, task = parse_experiment(params, group)
-            # Each layer of overrides is checked where it is written (the group's train block, then each run's),
-            # so that an error names a key the reader can find; expand_jobs then resolves every run x seed.
-            group_train = merge(base, exp.train)
-            from_dict(TrainConfig, group_train, f"experiments.{group}.train")
-            for name, spec in exp.runs.items():
-                from_dict(TrainConfig, merge(group_train, spec.train), f"experiments.{group}.runs.{name}.train")
-            expand_jobs(group, exp, task, base, common.seeds(params), Path("runs"))
-
-    return {
-        "profile": lambda params, value: common.profile(params),
-        "seeds": lambda params, value: common.seeds(params),
-        "runtime": typed(RuntimeConfig, "runtime"),
-        "data": data,
-        "base_models": base_models,
-        "reward_model": reward_model,
-        "train": typed(TrainConfig, "train"),
-        "tasks": tasks,
-        "experiments": experiments,
-        "evaluation": typed(EvaluateConfig, "evaluation"),
-        "report": typed(ReportConfig, "report"),
-    }
+            ignored(raw["base_models"][name], ("tokenizer", "lm", "pretrain"), where,
+                    f"source {cfg.source!r} is loaded with its own tokenizer and weights")
+    rm, written = tree.reward_model, raw["reward_model"]
+    if rm.source != SCRATCH:
+        ignored(written, ("tokenizer",), "reward_model", f"source {rm.source!r} brings its own tokenizer")
+        ignored(written.get("classifier") or {}, ("epochs", "batch_size", "learning_rate", "warmup_steps",
+                "weight_decay", "grad_clip", "short_fraction", "short_tokens", "seed", "lm"),
+                "reward_model.classifier", f"source {rm.source!r} is evaluated as it is, not trained")
+        return
+    if rm.init_from is None:  # a classifier of shape classifier.lm from random init
+        lm, where = rm.classifier.lm, "reward_model.classifier.lm"
+    else:
+        why = f"the classifier starts from base model {rm.init_from!r} (reward_model.init_from)"
+        ignored(written, ("tokenizer",), "reward_model", why)
+        ignored(written.get("classifier") or {}, ("lm",), "reward_model.classifier", why)
+        check_base_model_name(rm.init_from, "reward_model.init_from", tree)
+        body = tree.base_models[rm.init_from]
+        if body.source != SCRATCH:
+            return  # a hub model's n_positions is known once it is loaded
+        lm, where = body.lm, f"base_models.{rm.init_from}.lm"
+    check_length(rm.classifier.max_length, lm.n_positions, "reward_model.classifier.max_length", f"{where}.n_positions")
 
 
-def validate(params: dict) -> None:
-    """Raise one ConfigError naming the first wrong setting; return quietly if the whole tree is valid."""
-    sections = _sections()
+def check_data(tree: Params, raw: dict) -> None:
+    written = raw["data"]["math"]
+    if tree.data.math.source == "generated":
+        ignored(written, ("gsm8k_path", "n_pretrain", "n_rl", "n_test"), "data.math", "source is 'generated'")
+    else:
+        ignored(written, ("generator",), "data.math", f"source is {tree.data.math.source!r}")
+
+
+def ignored(written: dict, keys: tuple[str, ...], where: str, why: str) -> None:
+    """A setting written in params that nothing would read is an error naming it."""
+    for key in keys:
+        check(key not in written, f"{where}.{key}", f"ignored: {why}; remove it")
+
+
+def check_tasks(tree: Params) -> None:
+    for name, task in tree.tasks.items():
+        where = f"tasks.{name}"
+        check(task.reward == "sentiment" or task.reward_model is None, f"{where}.reward_model",
+              f"ignored: the {task.reward!r} reward reads no model; remove it")
+    check(EVAL_TASK in tree.tasks and tree.tasks[EVAL_TASK].reward == "math", f"tasks.{EVAL_TASK}",
+          "pass@k evaluation needs a task of this name with reward: math")
+
+
+def check_experiments(tree: Params, raw: dict) -> dict[str, list]:
+    """Every run x seed of every group, resolved and validated (cory.experiments.expand_jobs); returns group -> jobs.
+
+    Each layer of overrides is checked where it is written first (the group's train block, then each run's), so that
+    an error names a key the reader can find."""
+    jobs = {}
+    for group, exp in tree.experiments.items():
+        check(exp.task in tree.tasks, f"experiments.{group}.task",
+              f"unknown task {exp.task!r} (known: {', '.join(tree.tasks)})")
+        group_train = merge(raw["train"], exp.train)
+        from_dict(TrainConfig, group_train, f"experiments.{group}.train")
+        for name, spec in exp.runs.items():
+            from_dict(TrainConfig, merge(group_train, spec.train), f"experiments.{group}.runs.{name}.train")
+        jobs[group] = expand_jobs(group, exp, tree.tasks[exp.task], raw["train"], tree.seeds, Path("runs"))
+    return jobs
+
+
+CHECKPOINT = re.compile(r"checkpoints/(?P<group>[^/]+)/(?P<run>[^/]+)/seed\{seed\}/llm(?P<agent>[12])")
+
+
+def check_evaluation(tree: Params, jobs: dict[str, list]) -> None:
+    """Each relative model folder of `evaluation.models` is one the pipeline writes: a base model or the saved agent
+    of a run of the math task."""
+    for name, folder in tree.evaluation.models.items():
+        where = f"evaluation.models.{name}"
+        if Path(folder).is_absolute():
+            continue
+        if folder.startswith("models/"):
+            check_base_model_name(folder.removeprefix("models/"), where, tree)
+            continue
+        match = CHECKPOINT.fullmatch(folder)
+        check(match is not None, where, f"{folder!r} is no folder the pipeline writes: models/<base model> or "
+              "checkpoints/<group>/<run>/seed{seed}/<llm1|llm2> (or give an absolute path)")
+        group, run, agent = match["group"], match["run"], int(match["agent"])
+        check(group in tree.experiments, where, f"no experiment group {group!r} (known: {', '.join(tree.experiments)})")
+        runs = {job.run: job for job in jobs[group]}
+        check(run in runs, where, f"group {group!r} has no run {run!r} (it has {', '.join(runs)})")
+        check(tree.experiments[group].save_models, where, f"experiments.{group}.save_models is false: no weights")
+        check(agent <= runs[run].train.cory.n_agents, where, f"run {group}/{run} trains {runs[run].train.cory.n_agents} "
+              f"agent(s), so it has no llm{agent}")
+        task = tree.experiments[group].task
+        check(task == EVAL_TASK, where, f"group {group!r} trains task {task!r}; pass@k asks the {EVAL_TASK} task's "
+              "test problems in its prompt")
+
+
+def validate(params: dict) -> Params:
+    """The typed tree; one ConfigError naming the first wrong setting if any."""
+    if not isinstance(params, dict):
+        raise ConfigError(f"params: must be a mapping of settings, got {type(params).__name__}")
+    sections = [f.name for f in fields(Params)]
     for key in params:
-        if key not in sections:
-            raise ConfigError(f"{key}: unknown top-level setting (known: {', '.join(sections)})")
-    for key, check in sections.items():
-        if key not in params:
-            raise ConfigError(f"{key}: section missing from params.yaml")
-        check(params, params[key])
+        check(key in sections, str(key), f"unknown top-level setting (known: {', '.join(sections)})")
+    for key in sections:
+        check(key in params, key, "section missing from params.yaml")
+    raw = with_filled(params)
+    tree = from_dict(Params, raw)
+    check_data(tree, raw)
+    check_models(tree, raw)
+    check_tasks(tree)
+    jobs = check_experiments(tree, raw)
+    check_evaluation(tree, jobs)
+    check_report_inputs(jobs, tree.evaluation.models)
+    return tree
 
 
 def main() -> None:

@@ -2,20 +2,26 @@
 
     python -m pipeline.report
 
-Reads params `report` (cory.report.ReportConfig), `profile` and `seeds`, and every run of outputs/<profile>/runs/,
-eval/passk.json and metrics/; writes reports/<profile>/ (see cory.report.write_report). A missing run folder, seed
-folder or input file stops the stage with one line naming it, before any figure is drawn.
+Reads params `report` (cory.settings.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile` and
+`seeds`, and every run of outputs/<profile>/runs/, eval/passk.json and metrics/; writes reports/<profile>/ (see
+cory.report.write_report) and DVC's views of the results, outputs/<profile>/metrics/headline.json and
+metrics/curves/ (cory.views). A missing run folder, seed folder or input file stops the stage with one line naming
+it, before any figure is drawn.
 First it logs to MLflow every run that DVC restored from its cache instead of running it (cory.tracking.sync_runs):
-the report always runs after train, so MLflow then lists every run the report is made of.
+the report always runs after train, so MLflow then lists every run the report is made of. Last it logs the parent
+run of this `dvc repro` (cory.tracking.log_pipeline_run): the headline numbers, the verdicts and reports/<profile>/,
+with every run the report is made of nested under it.
 """
 
 from __future__ import annotations
 
 from cory.report import ReportConfig, write_report
-from cory.tracking import sync_runs
+from cory.results import load_inputs
+from cory.tracking import log_pipeline_run, sync_runs
+from cory.views import write_views
 from pipeline.common import ROOT, load_params, out_dir, profile, run_stage, section, seeds, stage_timer
 
-__all__ = ["ReportConfig", "main"]  # ReportConfig is the `report` section pipeline.params validates
+__all__ = ["main"]
 
 
 def main() -> None:
@@ -23,10 +29,14 @@ def main() -> None:
     cfg = section(params, "report", ReportConfig)
     name = profile(params)
     with stage_timer(params, "report"):
-        logged = sync_runs(out_dir(params, "runs"), name)
+        tasks = {group: spec.get("task") for group, spec in (params.get("experiments") or {}).items()}
+        logged = sync_runs(out_dir(params, "runs"), name, tasks)
         if logged:
             print(f"report: {len(logged)} run(s) restored by DVC now listed in MLflow")
         claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, seeds(params), name)
+        # DVC's views (cory.views): headline.json (`dvc metrics`) and the curve tables (`dvc plots`), git-tracked
+        write_views(load_inputs(out_dir(params), seeds(params)), out_dir(params, "metrics"), cfg.last_n)
+        log_pipeline_run(name, out_dir(params, "runs"), out_dir(params, "eval", "passk.json"), ROOT / "reports" / name)
     for claim in claims:
         print(f"report: {claim.verdict:>14}  {claim.paper}")
     print(f"report: wrote reports/{name}/REPORT.md")

@@ -12,42 +12,18 @@ and on their first classifier.eval_prefix_tokens tokens, the length of the texts
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import transformers
 
-from cory.config import check, section_path, to_dict
-from cory.classifier import ClassifierConfig, classifier_accuracy, train_reward_classifier
+from cory.config import to_dict
+from cory.classifier import classifier_accuracy, train_reward_classifier
 from cory.pretrain import count_parameters, load_pretrained, save_model
 from cory.tokenizer import load_tokenizer
 from cory.tracking import provenance, start_run
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
 )
-
-SCRATCH = "scratch"
-
-
-@dataclass
-class RewardModelConfig:
-    """The sentiment reward model (params `reward_model`)."""
-
-    source: str = SCRATCH
-    """"scratch" trains a GPT-2 classifier here; a hub name (lvwerra/distilbert-imdb) or folder is used as is."""
-    init_from: str | None = "imdb_small"
-    """scratch: the base model (outputs/<profile>/models/<name>) whose body starts the classifier; null = random init."""
-    tokenizer: str = "offline-gpt2"
-    """Tokenizer of a classifier trained with init_from null (otherwise the base model's own is used)."""
-    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
-    """Training (scratch) and evaluation lengths."""
-
-    def __post_init__(self) -> None:
-        path = section_path("reward_model")
-        check(
-            self.source == SCRATCH or self.init_from is None,
-            f"{path}.init_from",
-            f"only applies to source: scratch (source is {self.source!r}); set it to null",
-        )
+from pipeline.params import SCRATCH, RewardModelConfig
 
 
 def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tuple[dict, dict]:

@@ -28,38 +28,17 @@ import os
 import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 import yaml
 
-from cory.config import ConfigError, check, section_path, to_dict
+from cory.config import ConfigError, to_dict
 from cory.experiments import Job, TaskConfig, expand_jobs, parse_experiment, run_training
 from pipeline.common import (
     ROOT, device, load_params, out_dir, profile, require_device, run_stage, section, seeds, stage_timer, write_json,
 )
-
-
-@dataclass
-class RuntimeConfig:
-    """How stages use the machine."""
-
-    workers: int = 1
-    """Training runs executed at once (parallel processes sharing the GPU); 1 runs them one after another."""
-    log_every: int = 1
-    """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
-    checkpoint_every: int = 10
-    """Save each RL run's whole training state every this many iterations, so a killed run resumes (0: never)."""
-    device: Literal["auto", "cuda"] = "auto"
-    """Where stages compute: "cuda" requires a GPU and every stage stops at its start without one (a profile sized
-    for a GPU would run for days on a CPU); "auto" uses a GPU when torch sees one."""
-
-    def __post_init__(self) -> None:
-        path = section_path("runtime")
-        check(self.workers >= 1, f"{path}.workers", f"must be >= 1, got {self.workers}")
-        check(self.log_every >= 1, f"{path}.log_every", f"must be >= 1, got {self.log_every}")
-        check(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
+from pipeline.params import RuntimeConfig
 
 
 def model_path(params: dict, name: str | None) -> str | None:
@@ -197,12 +176,16 @@ def remove_stale(root: Path, jobs: list[Job], groups: list[str], attr: str) -> l
     return removed
 
 
-def run_job(job: Job, profile_name: str, log_every: int, checkpoint_every: int = 0) -> dict:
-    from cory.tracking import start_run
+def run_job(
+    job: Job, profile_name: str, log_every: int, checkpoint_every: int = 0, tasks: dict[str, str] | None = None
+) -> dict:
+    """Train one job under its MLflow run; `tasks` (group -> task name) gives the run's `task` param."""
+    from cory.tracking import run_identity, start_run
 
     with start_run(
         "train", to_dict(job.train), run_name=job.name, profile=profile_name, outputs=job.run_dir,
-        seed=job.seed, algorithm=job.algorithm, tags={"group": job.group, "run": job.run}, key=job.name,
+        seed=job.seed, algorithm=job.algorithm, key=job.name,
+        identity=run_identity(job.name, (tasks or {}).get(job.group), job.model),
     ) as tracker:
         summary = run_training(job, device(), tracker, log_every, checkpoint_every)
     print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s, "
@@ -230,8 +213,10 @@ def main(argv: list[str]) -> None:
     runtime = section(params, "runtime", RuntimeConfig)
     groups = argv or list(params.get("experiments") or {})
     jobs: list[Job] = []
+    tasks: dict[str, str] = {}  # group -> task name, an MLflow param of its runs
     for group in groups:
         exp, task = parse_experiment(params, group)
+        tasks[group] = exp.task
         task = resolve(params, exp.task, task)
         group_jobs = expand_jobs(group, exp, task, params.get("train") or {}, seeds(params),
                                  out_dir(params, "runs"), out_dir(params, "checkpoints"))
@@ -256,7 +241,7 @@ def main(argv: list[str]) -> None:
     # blocks (set before any worker starts CUDA; an explicit setting of the user's wins).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with stage_timer(params, "train"):
-        settings = (name, runtime.log_every, runtime.checkpoint_every)
+        settings = (name, runtime.log_every, runtime.checkpoint_every, tasks)
         if runtime.workers == 1:
             summaries = [run_job(job, *settings) for job in todo]
         else:

@@ -1,4 +1,5 @@
-"""Bad input stops the pipeline with one clear error naming the setting or file, before any work starts."""
+"""Bad input stops the pipeline with one clear error naming the setting or file, before any work starts; each
+setting has one source, and one typed schema (pipeline.params) checks the whole tree without importing torch."""
 
 import copy
 import subprocess
@@ -8,8 +9,9 @@ import pytest
 import yaml
 
 from cory.config import ConfigError, CORYConfig, PPOConfig, TrainConfig, from_dict
-from pipeline.common import ROOT, load_params
-from pipeline.params import validate
+from cory.report import ReportConfig
+from pipeline.common import ROOT, load_params, section
+from pipeline.params import EvaluateConfig, Params, deviations, validate
 from pipeline.profile import render
 
 
@@ -25,8 +27,26 @@ def test_every_profile_renders_to_a_valid_tree(name):
     assert params["profile"] == name
 
 
+def committed_params_yaml() -> str:
+    """params.yaml as git would commit it (the index), so that a working copy edited by `dvc exp run -S` or by hand
+    does not fail this test; the file itself outside a git checkout."""
+    staged = subprocess.run(["git", "show", ":params.yaml"], cwd=ROOT, capture_output=True, text=True)
+    return staged.stdout if staged.returncode == 0 else (ROOT / "params.yaml").read_text()
+
+
 def test_committed_params_yaml_is_the_default_profile(default):
-    assert yaml.safe_load((ROOT / "params.yaml").read_text()) == default
+    assert yaml.safe_load(committed_params_yaml()) == default
+
+
+def test_an_edited_params_yaml_is_valid_params(tmp_path, default):
+    """params.yaml is a working copy: the edit `dvc exp run -S train.ppo.learning_rate=2e-5` makes (DVC writes YAML
+    1.2, `2e-05`, which YAML 1.1 reads as a string) is read like any params file, and nothing compares it with the
+    profiles."""
+    text = (ROOT / "params.yaml").read_text().replace("learning_rate: 1.41e-05", "learning_rate: 2e-05", 1)
+    assert text != (ROOT / "params.yaml").read_text()
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    assert load_params(path)["train"]["ppo"]["learning_rate"] == 2e-5
 
 
 def test_unknown_profile_names_the_known_ones():
@@ -47,6 +67,7 @@ def test_unknown_profile_names_the_known_ones():
         (lambda p: p["experiments"]["pareto"].update(task="gsm8k"), r"experiments\.pareto\.task: unknown task 'gsm8k'"),
         (lambda p: p.update(seeds=[0, 0]), r"seeds: must not repeat"),
         (lambda p: p.update(stages={}), r"stages: unknown top-level setting"),
+        (lambda p: p.pop("report"), r"report: section missing"),
         (lambda p: p["data"]["imdb"].update(query_tokens=[8, 2]), r"data\.imdb\.query_tokens"),
         (lambda p: p["runtime"].update(workers="4"), r"runtime\.workers: must be an integer"),
         (lambda p: p["train"]["ppo"].update(samples_per_query=3), r"train\.ppo\.samples_per_query: must divide batch_size"),
@@ -60,7 +81,9 @@ def test_unknown_profile_names_the_known_ones():
         (lambda p: p["base_models"]["imdb_large"].update(compare_params_with="small"),
          r"base_models\.imdb_large\.compare_params_with: no base model 'small'"),
         (lambda p: p.update(train=None), r"train: must be a mapping, got NoneType"),
-        (lambda p: p["data"].pop("math"), r"data\.math: section missing"),
+        (lambda p: p["data"].pop("math"), r"data: required setting\(s\) missing: math"),
+        (lambda p: p.update(seeds=[]), r"seeds: must be a non-empty list"),
+        (lambda p: p.update(profile="my-profile"), r"profile: must be a simple name"),
     ],
 )
 def test_bad_settings_raise_one_error_naming_them(default, edit, message):
@@ -221,3 +244,192 @@ def test_train_stage_without_its_inputs_names_the_missing_file(tmp_path, default
     assert result.returncode == 1
     assert "outputs/missing_inputs_test/data/imdb/prompts.jsonl not found (run its data stage first)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One source per setting: what a run would overwrite or ignore is an error naming it
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def put(tree: dict, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        tree = tree.setdefault(key, {})
+    tree[leaf] = value
+
+
+@pytest.mark.parametrize(
+    "dotted, value, message",
+    [
+        # every run's seed comes from `seeds`: a train block's seed was silently replaced
+        ("train.seed", 7, r"^train\.seed: set per run from the top-level `seeds`"),
+        ("experiments.imdb.train.seed", 7, r"^experiments\.imdb\.train\.seed: set per run"),
+        ("experiments.math.runs.cory.train.seed", 7, r"^experiments\.math\.runs\.cory\.train\.seed: set per run"),
+        # the templates come from the run's task
+        ("train.prompt_template", "Q: {query}", r"^train\.prompt_template: set per run from the task's prompt_template"),
+        ("experiments.math.runs.ppo.train.prompt_template", "Q: {query}",
+         r"^experiments\.math\.runs\.ppo\.train\.prompt_template: set per run from the task's"),
+        ("train.cory.observer_template", "{query}{response}",
+         r"^train\.cory\.observer_template: set per run from the task's observer_template"),
+        ("experiments.imdb.runs.cory.train.cory.observer_template", "{query}{response}",
+         r"^experiments\.imdb\.runs\.cory\.train\.cory\.observer_template: set per run from the task's"),
+        # a sweep sets each run's KL coefficient
+        ("experiments.pareto.train.ppo.init_kl_coef", 0.2,
+         r"^experiments\.pareto\.train\.ppo\.init_kl_coef: set per run from the group's sweep_eta"),
+        ("experiments.pareto.runs.cory.train.ppo.init_kl_coef", 0.2,
+         r"^experiments\.pareto\.runs\.cory\.train\.ppo\.init_kl_coef: set per run from the group's sweep_eta"),
+        # a PPO run trains one agent: its own CORY settings would do nothing
+        ("experiments.imdb.runs.ppo.train.cory.role_exchange", False,
+         r"^experiments\.imdb\.runs\.ppo\.train\.cory\.role_exchange: ignored: this run trains one agent"),
+        # sections whose settings come from elsewhere
+        ("evaluation.prompt_template", "Question: {query}\nAnswer:",
+         r"^evaluation\.prompt_template: comes from tasks\.math\.prompt_template; remove it"),
+        ("report.deviations", {"ppo.batch_size": "why"},
+         r"^report\.deviations: comes from profiles/deviations\.yaml; remove it"),
+        # settings that the chosen source does not read
+        ("reward_model.tokenizer", "offline-gpt2", r"^reward_model\.tokenizer: ignored: the classifier starts from base"),
+        ("reward_model.classifier.lm", {"n_layer": 1}, r"^reward_model\.classifier\.lm: ignored: the classifier starts"),
+        ("data.math.gsm8k_path", "../shared/data/gsm8k", r"^data\.math\.gsm8k_path: ignored: source is 'generated'"),
+        ("tasks.math.reward_model", "reward", r"^tasks\.math\.reward_model: ignored: the 'math' reward reads no model"),
+    ],
+)
+def test_a_setting_that_would_be_overwritten_or_ignored_is_an_error_naming_it(default, dotted, value, message):
+    params = copy.deepcopy(default)
+    put(params, dotted, value)
+    with pytest.raises(ConfigError, match=message):
+        validate(params)
+
+
+def test_a_hub_model_rejects_the_settings_of_a_scratch_model(default):
+    params = copy.deepcopy(default)
+    params["base_models"]["imdb_small"]["source"] = "gpt2-large"  # keeps default.yaml's lm and pretrain
+    with pytest.raises(ConfigError, match=r"^base_models\.imdb_small\.lm: ignored: source 'gpt2-large' is loaded"):
+        validate(params)
+    params = copy.deepcopy(default)
+    params["reward_model"] = {"source": "lvwerra/distilbert-imdb", "init_from": None,
+                              "classifier": {"max_length": 256, "epochs": 2.0}}
+    with pytest.raises(ConfigError, match=r"^reward_model\.classifier\.epochs: ignored: source 'lvwerra"):
+        validate(params)
+
+
+def test_the_paper_profile_replaces_the_scratch_models_settings():
+    paper = render("paper")
+    assert paper["base_models"]["imdb_small"] == {"corpus": "imdb", "source": "gpt2-large"}
+    assert "generator" not in paper["data"]["math"] and "tokenizer" not in paper["reward_model"]
+    assert paper["data"]["imdb"]["validation_size"] == render("default")["data"]["imdb"]["validation_size"]  # merged
+
+
+def test_a_replace_tag_in_an_overlay_replaces_the_block(tmp_path, monkeypatch):
+    write_profiles(tmp_path / "profiles", "base_models:\n  math: !replace {corpus: math, source: gpt2, holdout: 10}\n")
+    monkeypatch.setattr("pipeline.profile.PROFILES", tmp_path / "profiles")
+    assert render("mine")["base_models"]["math"] == {"corpus": "math", "source": "gpt2", "holdout": 10}
+    (tmp_path / "profiles" / "mine.yaml").write_text("base_models:\n  math: {source: gpt2, holdout: 10}\n")
+    with pytest.raises(ConfigError, match=r"mine\.yaml: base_models\.math\.tokenizer|mine\.yaml: base_models\.math\.lm"):
+        render("mine")  # merged: default.yaml's shape and pretraining of the scratch model stay, and nothing reads them
+
+
+def test_the_evaluation_prompt_is_the_math_tasks_prompt(default):
+    params = copy.deepcopy(default)
+    assert section(params, "evaluation", EvaluateConfig).prompt_template == params["tasks"]["math"]["prompt_template"]
+    params["tasks"]["math"]["prompt_template"] = "Problem: {query}\nSolution:"
+    validate(params)
+    assert section(params, "evaluation", EvaluateConfig).prompt_template == "Problem: {query}\nSolution:"
+    assert validate(params).evaluation.prompt_template == "Problem: {query}\nSolution:"
+
+
+def test_every_run_gets_its_templates_from_its_task_and_its_seed_from_seeds(default):
+    tree = validate(default)
+    assert isinstance(tree, Params) and tree.seeds == default["seeds"]
+    from cory.experiments import expand_jobs
+
+    for group, exp in tree.experiments.items():
+        task = tree.tasks[exp.task]
+        jobs = expand_jobs(group, exp, task, default["train"], tree.seeds, ROOT / "runs")
+        assert {(job.train.seed, job.train.prompt_template, job.train.cory.observer_template) for job in jobs} == {
+            (seed, task.prompt_template, task.observer_template) for seed in tree.seeds}
+
+
+@pytest.mark.parametrize(
+    "folder, message",
+    [
+        ("checkpoints/math/ppo2/seed{seed}/llm1", r"group 'math' has no run 'ppo2' \(it has ppo, cory\)"),
+        ("checkpoints/imdb/cory/seed{seed}/llm1", r"experiments\.imdb\.save_models is false"),
+        ("checkpoints/math/ppo/seed{seed}/llm2", r"run math/ppo trains 1 agent\(s\), so it has no llm2"),
+        ("checkpoints/maths/ppo/seed{seed}/llm1", r"no experiment group 'maths'"),
+        ("models/math_base", r"no base model 'math_base'"),
+        ("runs/math/ppo/seed{seed}/llm1", r"is no folder the pipeline writes"),
+    ],
+)
+def test_evaluated_model_folders_are_checked_against_the_runs_params_define(default, folder, message):
+    params = copy.deepcopy(default)
+    params["evaluation"]["models"]["ppo"] = folder
+    with pytest.raises(ConfigError, match=r"^evaluation\.models\.ppo: .*" + message):
+        validate(params)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p["experiments"]["imdb"]["runs"].update(cory_nokt=p["experiments"]["imdb"]["runs"].pop("cory_no_kt")),
+         r"^experiments\.imdb\.runs\.cory_no_kt: missing; the report reads this run"),
+        (lambda p: p["experiments"]["imdb"]["runs"].update(ppo_2x={"model": "imdb_large"}),
+         r"^experiments\.imdb\.runs\.ppo_2x: the report reads it as a PPO run, but it trains two agents"),
+        (lambda p: p["experiments"].pop("math") and p["evaluation"]["models"].update(
+            ppo="models/math", cory_llm1="models/math", cory_llm2="models/math"), r"^experiments\.math: missing"),
+        (lambda p: p["experiments"]["pareto"].update(sweep_eta=[]), r"^experiments\.pareto: the report's Fig\. 2c"),
+        (lambda p: p["evaluation"]["models"].pop("cory_llm2"), r"^evaluation\.models: needs cory_llm2"),
+    ],
+)
+def test_the_runs_the_report_reads_are_checked_against_params(default, edit, message):
+    params = copy.deepcopy(default)
+    edit(params)
+    with pytest.raises(ConfigError, match=message):
+        validate(params)
+
+
+def test_params_of_a_side_experiment_without_the_reports_groups_are_valid(default):
+    """scripts/variants.py writes params with one group of its own: no report is made of them."""
+    params = copy.deepcopy(default)
+    params["experiments"] = {"variants": {**params["experiments"]["math"], "runs": {"a": {}, "b": {}}}}
+    params["evaluation"]["models"] = {"base": "models/math", "a": "checkpoints/variants/a/seed{seed}/llm1"}
+    validate(params)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Prose lives outside params; validation imports no torch
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "paper"])
+def test_params_hold_no_prose_and_the_report_reads_its_deviations_from_a_file(name):
+    params = render(name)
+    assert "deviations" not in params["report"]
+    cfg = section(params, "report", ReportConfig)
+    assert cfg.deviations == deviations(name) and cfg.deviations
+    assert all(isinstance(why, str) and len(why) > 40 for why in cfg.deviations.values())
+
+
+def test_deviations_name_existing_profiles(tmp_path):
+    (tmp_path / "default.yaml").write_text("{}\n")
+    path = tmp_path / "deviations.yaml"
+    path.write_text("default: {ppo.batch_size: because}\ndefualt: {x: y}\n")
+    with pytest.raises(ConfigError, match=r"deviations\.yaml: defualt: no such profile"):
+        deviations("default", path)
+    path.write_text("default: {ppo.batch_size: [not, text]}\n")
+    with pytest.raises(ConfigError, match=r"deviations\.yaml: default: must map settings to the text"):
+        deviations("default", path)
+
+
+def test_validating_params_imports_no_stage_module_and_no_torch():
+    code = ("import sys, runpy; sys.argv = ['pipeline.params']; runpy.run_module('pipeline.params', run_name='__main__')"
+            "\nheavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'matplotlib')"
+            " or m in ('pipeline.train', 'pipeline.base_models', 'pipeline.reward_model', 'pipeline.evaluate',"
+            " 'pipeline.report', 'pipeline.prepare_imdb', 'pipeline.prepare_math'))\nprint('heavy:', heavy)")
+    env = {"CORY_PARAMS": str(ROOT / "params.yaml"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "params.yaml: every setting is valid" in result.stdout
+    assert "heavy: []" in result.stdout, result.stdout
+    timed = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipeline.params"], cwd=ROOT, env=env,
+                           capture_output=True, text=True)
+    assert timed.returncode == 0 and "| torch" not in timed.stderr and " pipeline.train" not in timed.stderr

@@ -10,12 +10,40 @@ from pathlib import Path
 
 import pytest
 
-from cory.tracking import Tracker, config_hash, flatten, main_module, read_history, start_run, sync_runs
+from cory.tracking import (
+    SAMPLES_TABLE,
+    Tracker,
+    config_hash,
+    flatten,
+    headline_markdown,
+    headline_metrics,
+    log_pipeline_run,
+    main_module,
+    read_history,
+    run_identity,
+    samples_table,
+    start_run,
+    sync_runs,
+)
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 PARAMS = {"seed": 3, "ppo": {"learning_rate": 1e-5, "generation": {"response_length": [4, 16]}}}
+CONFIG = {**PARAMS, "iterations": 2}
+"""A run folder's config.json: a train config has `iterations`."""
+SAMPLES = [  # samples.jsonl of a 2-iteration CORY run (cory.trainer): LLM1 alone, iterations 0 and 1, LLM1 alone
+    {"iteration": -1, "query": "I liked", "pioneer_agent": "llm1", "pioneer_prompt": "I liked",
+     "pioneer_response": " it", "pioneer_score": 0.5},
+    {"iteration": 0, "query": "The film", "pioneer_agent": "llm1", "pioneer_prompt": "The film",
+     "pioneer_response": " was bad", "pioneer_score": -1.0, "observer_agent": "llm2",
+     "observer_prompt": "Better: The film was bad. The film", "observer_response": " was fine", "observer_score": 1.0},
+    {"iteration": 1, "query": "Acting", "pioneer_agent": "llm2", "pioneer_prompt": "Acting",
+     "pioneer_response": " good", "pioneer_score": 2.0, "observer_agent": "llm1",
+     "observer_prompt": "Better: Acting good. Acting", "observer_response": " great", "observer_score": 3.0},
+    {"iteration": 2, "query": "I liked", "pioneer_agent": "llm1", "pioneer_prompt": "I liked",
+     "pioneer_response": " it a lot", "pioneer_score": 2.5},
+]
 
 
 @pytest.fixture(scope="module")
@@ -224,14 +252,17 @@ def test_source_commit_and_user_fill_the_columns_of_the_ui(store, tmp_path):
     assert client.get_run(default.run_id).data.tags["mlflow.source.name"] == main_module()
 
 
-def write_run_folder(runs_dir: Path, key: str, config: dict, finished: bool = True) -> Path:
+def write_run_folder(runs_dir: Path, key: str, config: dict, finished: bool = True, final: dict | None = None) -> Path:
     folder = runs_dir / key
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(config))
-    (folder / "provenance.json").write_text(json.dumps({"git_commit": "c0ffee" * 6 + "c0ff"}))
+    (folder / "provenance.json").write_text(json.dumps(
+        {"git_commit": "c0ffee" * 6 + "c0ff", "model": "/somewhere/outputs/default/models/imdb_small"}))
     (folder / "history.csv").write_text("iteration,llm1/kl,llm2/kl\n0,0.5,\n1,0.25,0.125\n")
+    (folder / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in SAMPLES))
     if finished:
-        (folder / "summary.json").write_text(json.dumps({"final": {"llm1/kl": 0.25}, "seed": 0, "algorithm": "cory"}))
+        summary = {"final": final or {"llm1/kl": 0.25}, "seed": 0, "algorithm": "cory"}
+        (folder / "summary.json").write_text(json.dumps(summary))
     return folder
 
 
@@ -245,44 +276,186 @@ def test_read_history_takes_iteration_as_the_step_and_skips_empty_cells(tmp_path
 
 def test_sync_runs_logs_a_restored_run_once(store, tmp_path, capsys):
     runs_dir = tmp_path / "runs"
-    write_run_folder(runs_dir, "imdb/cory/seed0", PARAMS)
-    write_run_folder(runs_dir, "imdb/cory/seed1", PARAMS, finished=False)  # killed mid-run: not a result
-    assert sync_runs(runs_dir, "sync") == ["imdb/cory/seed0"]
-    assert sync_runs(runs_dir, "sync") == []
+    write_run_folder(runs_dir, "imdb/cory/seed0", CONFIG)
+    write_run_folder(runs_dir, "imdb/cory/seed1", CONFIG, finished=False)  # killed mid-run: not a result
+    assert sync_runs(runs_dir, "sync", {"imdb": "imdb"}) == ["imdb/cory/seed0"]
+    assert sync_runs(runs_dir, "sync", {"imdb": "imdb"}) == []
     assert warnings_in(capsys) == []
 
     (run,) = runs_of(store, "sync")
     tags = run.data.tags
     assert run.info.status == "FINISHED" and run.info.run_name == "imdb/cory/seed0"
     assert tags["restored_from"] == "dvc" and tags["run_key"] == "sync/imdb/cory/seed0"
-    assert tags["config_hash"] == config_hash(PARAMS) and tags["dvc_stage"] == "train"
+    assert tags["config_hash"] == config_hash(CONFIG) and tags["dvc_stage"] == "train"
     assert tags["group"] == "imdb" and tags["run"] == "cory" and tags["seed"] == "0" and tags["algorithm"] == "cory"
     assert tags["git_commit"] == tags["mlflow.source.git.commit"] == "c0ffee" * 6 + "c0ff"
     assert tags["mlflow.source.name"] == "pipeline.train"
-    assert run.data.params == flatten(PARAMS)
+    assert tags["task"] == "imdb" and tags["model"] == "imdb_small"
+    assert run.data.params == {**flatten(CONFIG), "group": "imdb", "run": "cory", "task": "imdb", "model": "imdb_small"}
     client = MlflowClient(tracking_uri=store)
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "llm1/kl")] == [(0, 0.5), (1, 0.25)]
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "llm2/kl")] == [(1, 0.125)]
+    assert read_table(client, run.info.run_id) == samples_table(SAMPLES, iterations=2)
 
 
 def test_sync_runs_keeps_a_trained_run_and_replaces_one_of_another_config(store, tmp_path):
     runs_dir = tmp_path / "runs"
-    with start_run("train", PARAMS, profile="resync", outputs=tmp_path, key="math/ppo/seed0") as trained:
+    with start_run("train", CONFIG, profile="resync", outputs=tmp_path, key="math/ppo/seed0",
+                   identity=run_identity("math/ppo/seed0", "math")) as trained:
         pass
-    write_run_folder(runs_dir, "math/ppo/seed0", PARAMS)
-    assert sync_runs(runs_dir, "resync") == []  # trained here: already listed
+    write_run_folder(runs_dir, "math/ppo/seed0", CONFIG)
+    assert sync_runs(runs_dir, "resync") == []  # trained here: already listed (its identity is not in config_hash)
 
-    (runs_dir / "math/ppo/seed0/config.json").write_text(json.dumps({**PARAMS, "seed": 4}))  # e.g. `dvc checkout`
+    (runs_dir / "math/ppo/seed0/config.json").write_text(json.dumps({**CONFIG, "seed": 4}))  # e.g. `dvc checkout`
     assert sync_runs(runs_dir, "resync") == ["math/ppo/seed0"]
     old, restored = runs_of(store, "resync")
     assert old.info.run_id == trained.run_id and old.data.tags["superseded_by"] == restored.info.run_id
-    assert restored.data.tags["config_hash"] == config_hash({**PARAMS, "seed": 4})
+    assert restored.data.tags["config_hash"] == config_hash({**CONFIG, "seed": 4})
 
 
 def test_sync_runs_with_an_unusable_store_warns_once(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
-    write_run_folder(tmp_path, "imdb/ppo/seed0", PARAMS)
-    write_run_folder(tmp_path, "imdb/ppo/seed1", PARAMS)
+    write_run_folder(tmp_path, "imdb/ppo/seed0", CONFIG)
+    write_run_folder(tmp_path, "imdb/ppo/seed1", CONFIG)
     assert sync_runs(tmp_path, "test") == []
     (warning,) = warnings_in(capsys)
     assert "sync_runs failed" in warning
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Comparing runs in the UI: names, identity params, the samples table, the parent run of a `dvc repro`
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def read_table(client, run_id: str) -> dict[str, list]:
+    """The samples table as the UI reads it: the artifact MLflow's loggedArtifacts tag points it to."""
+    run = client.get_run(run_id)
+    assert {"path": SAMPLES_TABLE, "type": "table"} in json.loads(run.data.tags["mlflow.loggedArtifacts"])
+    return client.load_table(run.info.experiment_id, SAMPLES_TABLE, run_ids=[run_id]).to_dict("list")
+
+
+def test_samples_table_has_one_row_per_generation():
+    assert samples_table(SAMPLES, iterations=2) == {
+        "iteration": [-1, 0, 0, 1, 1, 2],
+        "phase": ["before training", "training", "training", "training", "training", "after training"],
+        "agent": ["llm1", "llm1", "llm2", "llm2", "llm1", "llm1"],
+        "role": ["alone", "pioneer", "observer", "pioneer", "observer", "alone"],
+        "query": ["I liked", "The film", "The film", "Acting", "Acting", "I liked"],
+        "response": [" it", " was bad", " was fine", " good", " great", " it a lot"],
+        "score": [0.5, -1.0, 1.0, 2.0, 3.0, 2.5],
+        "prompt": ["I liked", "The film", "Better: The film was bad. The film", "Acting", "Better: Acting good. Acting",
+                   "I liked"],
+    }
+
+
+def test_run_identity_names_group_run_task_and_model():
+    assert run_identity("imdb/ppo_2x/seed1", "imdb", "/x/outputs/default/models/imdb_large") == {
+        "group": "imdb", "run": "ppo_2x", "task": "imdb", "model": "imdb_large"}
+    assert run_identity("math/cory/seed0", None, "gpt2-xl") == {"group": "math", "run": "cory", "model": "gpt2-xl"}
+
+
+def test_a_training_run_shows_its_identity_as_params_and_its_samples_as_a_table(store, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in SAMPLES))
+    identity = run_identity("imdb/ppo_2x/seed3", "imdb", str(tmp_path / "models" / "imdb_large"))
+    with start_run("train", CONFIG, run_name="imdb/ppo_2x/seed3", profile="compare", outputs=tmp_path, seed=3,
+                   key="imdb/ppo_2x/seed3", identity=identity) as tracker:
+        tracker.log_samples(samples, iterations=2)
+    client = MlflowClient(tracking_uri=store)
+    run = client.get_run(tracker.run_id)
+    assert run.info.run_name == "imdb/ppo_2x/seed3"
+    assert run.data.params == {**flatten(CONFIG), "group": "imdb", "run": "ppo_2x", "task": "imdb",
+                               "model": "imdb_large"}
+    assert run.data.params["ppo.learning_rate"] == "1e-05" and run.data.params["seed"] == "3"
+    assert {name: run.data.tags[name] for name in identity} == identity
+    assert run.data.tags["config_hash"] == config_hash(CONFIG)  # the identity is not config: config.json matches
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == [SAMPLES_TABLE]
+    assert read_table(client, run.info.run_id) == samples_table(SAMPLES, iterations=2)
+
+
+def test_headline_metrics_average_each_runs_final_values_over_seeds(tmp_path):
+    runs_dir = tmp_path / "runs"
+    write_run_folder(runs_dir, "imdb/ppo/seed0", CONFIG, final={"llm1/task_reward": 1.0, "llm1/kl": 4.0,
+                                                                 "llm1/entropy": 9.0, "timing/iteration": 1.0})
+    write_run_folder(runs_dir, "imdb/ppo/seed1", CONFIG, final={"llm1/task_reward": 2.0, "llm1/kl": 6.0})
+    write_run_folder(runs_dir, "imdb/cory/seed0", CONFIG, final={"llm1/task_reward": 0.5, "llm1/kl": 1.0,
+                                                                  "llm2/task_reward": 0.25, "llm2/kl": 2.0})
+    write_run_folder(runs_dir, "imdb/cory/seed1", CONFIG, finished=False)  # no summary.json: not a result
+    assert headline_metrics(runs_dir) == {
+        "headline/imdb.cory.llm1.kl": 1.0, "headline/imdb.cory.llm1.task_reward": 0.5,
+        "headline/imdb.cory.llm2.kl": 2.0, "headline/imdb.cory.llm2.task_reward": 0.25,
+        "headline/imdb.ppo.llm1.kl": 5.0, "headline/imdb.ppo.llm1.task_reward": 1.5,
+    }
+
+
+def test_headline_markdown_tables():
+    metrics = {"headline/imdb.cory.llm1.kl": 1.0, "headline/imdb.cory.llm1.task_reward": 0.5,
+               "headline/imdb.cory.llm2.kl": 2.0, "headline/imdb.cory.llm2.task_reward": 0.25,
+               "headline/imdb.ppo.llm1.kl": 5.0, "headline/imdb.ppo.llm1.task_reward": 1.5}
+    passk = {"base": {"mean": {"16": 0.5, "1": 0.25}}, "ppo": {"mean": {"1": 0.375, "16": 0.625}}}
+    assert headline_markdown(metrics, passk, {"imdb_kl_ratio": "held"}).splitlines() == [
+        "Final values (mean over the last iterations, then over seeds). The runs this pipeline is made of are nested "
+        "under this run: expand it (+) in the run list.",
+        "",
+        "| run | LLM1 task reward | LLM1 KL | LLM2 task reward | LLM2 KL |",
+        "|---|---|---|---|---|",
+        "| imdb/cory | 0.5 | 1 | 0.25 | 2 |",
+        "| imdb/ppo | 1.5 | 5 |  |  |",
+        "",
+        "| model | pass@1 | pass@16 |",
+        "|---|---|---|",
+        "| base | 0.25 | 0.5 |",
+        "| ppo | 0.375 | 0.625 |",
+        "",
+        "| claim | verdict |",
+        "|---|---|",
+        "| imdb_kl_ratio | held |",
+    ]
+
+
+def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested(store, monkeypatch, tmp_path):
+    monkeypatch.setenv("CORY_PIPELINE_RUN", "repro-7")
+    runs_dir, reports = tmp_path / "runs", tmp_path / "reports"
+    for key, final in [("imdb/ppo/seed0", {"llm1/task_reward": 1.0, "llm1/kl": 4.0}),
+                       ("imdb/ppo/seed1", {"llm1/task_reward": 2.0, "llm1/kl": 6.0})]:
+        write_run_folder(runs_dir, key, CONFIG, final=final)
+    reports.mkdir()
+    (reports / "REPORT.md").write_text("# report\n")
+    (reports / "claims.json").write_text(json.dumps({"imdb_kl_ratio": {"verdict": "held", "means": {}}}))
+    passk = tmp_path / "passk.json"
+    passk.write_text(json.dumps({"ppo": {"mean": {"1": 0.5, "2": 0.75}}}))
+
+    def run(stage, name=None, key=None):
+        with start_run(stage, CONFIG, run_name=name, profile="parent", outputs=tmp_path, key=key) as tracker:
+            pass
+        return tracker.run_id
+
+    superseded = run("train", "imdb/ppo/seed0", "imdb/ppo/seed0")
+    trained = [run("train", "imdb/ppo/seed0", "imdb/ppo/seed0"), run("train", "imdb/ppo/seed1", "imdb/ppo/seed1")]
+    removed = run("train", "imdb/old/seed0", "imdb/old/seed0")  # its folder is gone: not a run of this report
+    old_eval, new_eval, model = run("evaluate"), run("evaluate"), run("base_model@math")
+    previous = log_pipeline_run("parent", runs_dir, passk, reports)
+    parent_id = log_pipeline_run("parent", runs_dir, passk, reports)
+
+    client = MlflowClient(tracking_uri=store)
+    parent = client.get_run(parent_id)
+    assert parent.info.run_name == "pipeline repro-7" and parent.info.status == "FINISHED"
+    assert parent.data.tags["run_key"] == "parent/pipeline" and parent.data.tags["pipeline_run"] == "repro-7"
+    assert client.get_run(previous).data.tags["superseded_by"] == parent_id
+    assert parent.data.metrics == {"headline/imdb.ppo.llm1.task_reward": 1.5, "headline/imdb.ppo.llm1.kl": 5.0,
+                                   "headline/pass_at_1.ppo": 0.5, "headline/pass_at_2.ppo": 0.75}
+    assert parent.data.tags["claim.imdb_kl_ratio"] == "held"
+    assert "| imdb/ppo | 1.5 | 5 |  |  |" in parent.data.tags["mlflow.note.content"]
+    assert sorted(a.path for a in client.list_artifacts(parent_id, "report")) == ["report/REPORT.md",
+                                                                                  "report/claims.json"]
+    nested = {r.info.run_id for r in runs_of(store, "parent") if r.data.tags.get("mlflow.parentRunId") == parent_id}
+    assert nested == {*trained, new_eval, model}
+    assert not {superseded, removed, old_eval} & nested
+
+
+def test_a_parent_run_with_an_unusable_store_warns_once(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
+    write_run_folder(tmp_path / "runs", "imdb/ppo/seed0", CONFIG)
+    assert log_pipeline_run("test", tmp_path / "runs", tmp_path / "passk.json", tmp_path / "reports") is None
+    (warning,) = warnings_in(capsys)
+    assert warning.startswith("WARNING: MLflow unavailable")

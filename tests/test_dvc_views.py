@@ -1,0 +1,251 @@
+"""DVC's own views of the results: `dvc metrics` reads one headline file, `dvc plots` draws only git-tracked files
+(so both work in a fresh clone, with no DVC remote), and `dvc exp run -S key=value` runs an experiment that
+`dvc exp show` compares with the workspace.
+
+The first tests read dvc.yaml and the report stage's writers (cory.views) on the fake run tree of test_report; the
+last ones (marked smoke) run the smoke profile through `dvc repro` in a copy of the repository and call DVC itself.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from cory.claims import final_value
+from cory.results import load_inputs
+from cory.views import write_views
+from test_report import FIGURES, write_fixture
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE_OUTPUTS = "outputs/${profile}/"
+
+
+def dvc_yaml() -> dict:
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text())
+
+
+def stage_outputs(kind: str) -> dict[str, dict]:
+    """path -> options of every `outs` or `metrics` entry of every stage (foreach stages once, as written)."""
+    found = {}
+    for stage in dvc_yaml()["stages"].values():
+        for entry in stage.get("do", stage).get(kind, []):
+            path, options = next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+            found[path] = options
+    return found
+
+
+def plot_files(plot) -> tuple[str | None, dict[str, list[str]]]:
+    """(the image a plot shows or None, {data file: the fields it reads}) of one top-level `plots` entry."""
+    if isinstance(plot, str):
+        return plot, {}
+    _, spec = next(iter(plot.items()))
+    fields: dict[str, list[str]] = {}
+    for axis in ("x", "y"):
+        if isinstance(spec.get(axis), dict):
+            for path, names in spec[axis].items():
+                fields.setdefault(path, []).extend([names] if isinstance(names, str) else names)
+    if isinstance(spec.get("x"), str):
+        for path in fields:
+            fields[path].append(spec["x"])
+    return None, fields
+
+
+def test_dvc_metrics_reads_the_headline_file_only():
+    assert list(stage_outputs("metrics")) == ["outputs/${profile}/metrics/headline.json"]
+    assert "metrics" not in dvc_yaml()  # no top-level metrics either
+    outs = stage_outputs("outs")
+    # what used to be metrics (timings, per-run finals, per-seed pass@k) are git-tracked plain outputs now
+    for path in ("metrics/timing/train.json", "metrics/train_imdb.json", "eval/passk.json", "metrics/reward_model.json",
+                 "metrics/base_models/${key}.json"):
+        assert outs[PROFILE_OUTPUTS + path] == {"cache": False, "persist": True}, path
+
+
+def test_git_tracked_outputs_persist_so_a_failed_stage_keeps_the_committed_ones():
+    for path, options in {**stage_outputs("outs"), **stage_outputs("metrics")}.items():
+        if options.get("cache") is False and path.startswith("outputs/"):
+            assert options.get("persist") is True, path
+
+
+def test_plots_read_only_git_tracked_files():
+    tracked = [path for path, options in {**stage_outputs("outs"), **stage_outputs("metrics")}.items()
+               if options.get("cache") is False]
+    plots = dvc_yaml()["plots"]
+    assert len(plots) >= 20
+    for plot in plots:
+        image, fields = plot_files(plot)
+        for path in [image] if image else fields:
+            assert any(path == t or path.startswith(t + "/") for t in tracked), f"{path} is not git-tracked"
+
+
+def test_every_paper_figure_is_a_plot():
+    images = {plot_files(plot)[0] for plot in dvc_yaml()["plots"]} - {None}
+    assert images == {f"reports/${{profile}}/{name}.png" for name in FIGURES}
+
+
+@pytest.fixture(scope="module")
+def views(tmp_path_factory):
+    outputs = tmp_path_factory.mktemp("views") / "outputs"
+    write_fixture(outputs)
+    inputs = load_inputs(outputs)
+    write_views(inputs, outputs / "metrics", last_n=10)
+    return outputs, inputs
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_every_field_a_plot_reads_is_in_the_file_the_report_writes(views):
+    outputs, _ = views
+    data_plots = [plot for plot in dvc_yaml()["plots"] if isinstance(plot, dict)]
+    assert len(data_plots) >= 14
+    for plot in data_plots:
+        spec = next(iter(plot.values()))
+        assert spec.get("title"), plot
+        for path, names in plot_files(plot)[1].items():
+            assert path.startswith(PROFILE_OUTPUTS), path
+            header = read_csv(outputs / path.removeprefix(PROFILE_OUTPUTS))[0].keys()
+            assert set(names) <= set(header), (path, set(names) - set(header))
+
+
+def test_curves_are_the_mean_over_seeds_of_each_runs_history(views):
+    outputs, inputs = views
+    rows = read_csv(outputs / "metrics/curves/imdb.csv")
+    assert [int(r["iteration"]) for r in rows] == list(range(30))
+    for column, run, key in (("ppo/llm1/kl", "ppo", "llm1/kl"), ("cory/llm2/task_reward", "cory", "llm2/task_reward"),
+                             ("cory_no_rex/observer/kl", "cory_no_rex", "observer/kl")):
+        expected = np.mean(list(inputs.runs["imdb"][run].curves(key).values()), axis=0)
+        np.testing.assert_allclose([float(r[column]) for r in rows], expected, rtol=1e-5)
+    front = read_csv(outputs / "metrics/curves/pareto_front/CORY-LLM2.csv")
+    assert [float(r["eta"]) for r in front] == [0.01, 0.1, 0.3]
+    kl = [final_value(y, 10) for y in inputs.pareto["cory"][0.1].curves("llm2/kl").values()]
+    assert float(front[1]["kl"]) == pytest.approx(np.mean(kl), rel=1e-5)
+    passk = read_csv(outputs / "metrics/curves/passk.csv")
+    assert [r["k"] for r in passk] == ["1", "2", "4"]
+    assert float(passk[2]["cory_llm1"]) == pytest.approx(inputs.passk["cory_llm1"]["mean"]["4"], rel=1e-5)
+
+
+def leaves(tree: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for key, value in tree.items():
+        out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+def test_the_headline_holds_each_groups_final_values_and_the_stage_results(views):
+    outputs, inputs = views
+    headline = json.loads((outputs / "metrics/headline.json").read_text())
+    flat = leaves(headline)
+    assert set(headline) == {"imdb", "math", "passk", "reward_model", "perplexity", "seconds"}
+    assert all(isinstance(v, float) for v in flat.values()), flat
+    kl = [final_value(y, 10) for y in inputs.runs["imdb"]["ppo"].curves("llm1/kl").values()]
+    assert flat["imdb.ppo.llm1.kl"] == pytest.approx(np.mean(kl), rel=1e-5)
+    assert {k for k in flat if k.startswith("math.")} == {
+        f"math.{run}.{llm}.{m}" for run, llm in (("ppo", "llm1"), ("cory", "llm1"), ("cory", "llm2"))
+        for m in ("task_reward", "kl")}
+    assert flat["passk.cory_llm1.pass@4"] == pytest.approx(inputs.passk["cory_llm1"]["mean"]["4"])
+    assert {k for k in flat if k.startswith("passk.base")} == {"passk.base.pass@1", "passk.base.pass@4"}
+    assert flat["reward_model.accuracy"] == 0.91 and flat["perplexity.imdb_small"] == 95.2
+    assert flat["seconds.train"] == 300.0
+    assert not any("seed" in key for key in flat)  # per-seed detail stays out of the metrics
+    assert len(flat) < 60
+
+
+def test_curve_files_of_runs_gone_from_the_inputs_are_removed(views, tmp_path):
+    outputs, inputs = views
+    metrics = tmp_path / "metrics"
+    (metrics / "curves").mkdir(parents=True)
+    (metrics / "curves" / "old_group.csv").write_text("iteration\n0\n")
+    write_views(inputs, metrics, last_n=10)
+    assert not (metrics / "curves" / "old_group.csv").exists()
+    assert (metrics / "curves" / "imdb.csv").is_file() and (metrics / "headline.json").is_file()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# DVC itself, on the smoke profile
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def sh(*args: str, cwd: Path, env: dict) -> str:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def env() -> dict:
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    for name in ("MLFLOW_TRACKING_URI", "CORY_PARAMS"):
+        env.pop(name, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory, env) -> Path:
+    """The tracked files (a fresh clone), switched to the smoke profile, reproduced and committed."""
+    repo = tmp_path_factory.mktemp("views_smoke") / "repo"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for name in filter(None, files.stdout.split("\0")):
+        if (ROOT / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]
+    sh("git", "init", "-q", cwd=repo, env=env)
+    sh(sys.executable, "-m", "pipeline.profile", "smoke", cwd=repo, env=env)
+    sh("dvc", "repro", cwd=repo, env=env)
+    sh("git", "add", "-A", cwd=repo, env=env)
+    sh(*git, "commit", "-qm", "smoke results", cwd=repo, env=env)
+    return repo
+
+
+@pytest.mark.smoke
+def test_dvc_plots_show_renders_every_plot_from_committed_files(clone, env, tmp_path):
+    fresh = tmp_path / "fresh"  # a clone of the commit: git-tracked files only, no DVC cache
+    sh("git", "clone", "-q", str(clone), str(fresh), cwd=tmp_path, env=env)
+    out = sh("dvc", "plots", "show", "--json", cwd=fresh, env=env)
+    rendered = json.loads(out)
+    assert not rendered.get("errors"), rendered.get("errors")
+    data = rendered.get("data", rendered)
+    images = [name for name in data if name.endswith(".png")]
+    assert len(images) == len(FIGURES)
+    titles = {spec.get("title") for plot in dvc_yaml()["plots"] if isinstance(plot, dict) for spec in plot.values()}
+    sh("dvc", "plots", "show", "-o", "html", cwd=fresh, env=env)
+    page = (fresh / "html" / "index.html").read_text()
+    assert page.count("<img") == len(FIGURES)
+    missing = [title for title in titles if json.dumps(title)[1:-1] not in page]
+    assert not missing, missing
+
+
+@pytest.mark.smoke
+def test_dvc_metrics_show_prints_the_headline(clone, env):
+    shown = json.loads(sh("dvc", "metrics", "show", "--json", cwd=clone, env=env))
+    files = shown[""]["data"]
+    assert list(files) == ["outputs/smoke/metrics/headline.json"]
+    flat = leaves(files["outputs/smoke/metrics/headline.json"]["data"])
+    assert 20 < len(flat) < 60 and "imdb.cory.llm1.task_reward" in flat and "passk.ppo.pass@1" in flat
+
+
+@pytest.mark.smoke
+def test_dvc_exp_run_sets_a_param_and_exp_show_compares_it_with_the_workspace(clone, env, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(clone, repo, symlinks=True)
+    # DVC writes the params in YAML 1.2: 2e-5 becomes `2e-05`, a number that YAML 1.1 would read as a string
+    out = sh("dvc", "exp", "run", "-S", "report.last_n=2", "-S", "report.tolerance=2e-5", "-n", "last2", cwd=repo,
+             env=env)
+    assert "Running stage 'report'" in out and "Running stage 'train'" not in out
+    assert "tolerance: 2e-05" in (repo / "params.yaml").read_text()
+    table = list(csv.reader(sh("dvc", "exp", "show", "--csv", "--only-changed", cwd=repo, env=env).splitlines()))
+    header, rows = table[0], table[1:]
+    assert {"report.last_n", "report.tolerance"} <= set(header) and len(header) < 60, header
+    assert any("last2" in row for row in rows)
+    full = next(csv.reader(sh("dvc", "exp", "show", "--csv", cwd=repo, env=env).splitlines()))
+    assert not any(column.startswith("report.deviations") for column in full)
+    assert len(full) < 300
