@@ -19,9 +19,8 @@ import pytest
 import yaml
 
 from cory.claims import final_value
-from cory.results import load_inputs
 from cory.views import write_views
-from test_report import FIGURES, write_fixture
+from test_report import FIGURES, load_fixture, write_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE_OUTPUTS = "outputs/${profile}/"
@@ -62,9 +61,17 @@ def test_dvc_metrics_reads_the_headline_file_only():
     assert "metrics" not in dvc_yaml()  # no top-level metrics either
     outs = stage_outputs("outs")
     # what used to be metrics (timings, per-run finals, per-seed pass@k) are git-tracked plain outputs now
-    for path in ("metrics/timing/train.json", "metrics/train_imdb.json", "eval/passk.json", "metrics/reward_model.json",
-                 "metrics/base_models/${key}.json"):
+    for path in ("metrics/timing/train.json", "metrics/train_imdb.json", "metrics/train_pareto_math.json",
+                 "eval/passk.json", "metrics/reward_model.json", "metrics/base_models/${key}.json"):
         assert outs[PROFILE_OUTPUTS + path] == {"cache": False, "persist": True}, path
+
+
+def test_every_experiment_groups_final_values_are_a_declared_output():
+    from pipeline.profile import render
+
+    outs = stage_outputs("outs")  # pipeline.train writes metrics/train_<group>.json for every group
+    for group in render("default")["experiments"]:
+        assert outs.get(f"{PROFILE_OUTPUTS}metrics/train_{group}.json") == {"cache": False, "persist": True}, group
 
 
 def test_git_tracked_outputs_persist_so_a_failed_stage_keeps_the_committed_ones():
@@ -93,7 +100,7 @@ def test_every_paper_figure_is_a_plot():
 def views(tmp_path_factory):
     outputs = tmp_path_factory.mktemp("views") / "outputs"
     write_fixture(outputs)
-    inputs = load_inputs(outputs)
+    inputs = load_fixture(outputs)
     write_views(inputs, outputs / "metrics", last_n=10)
     return outputs, inputs
 
@@ -126,8 +133,16 @@ def test_curves_are_the_mean_over_seeds_of_each_runs_history(views):
         np.testing.assert_allclose([float(r[column]) for r in rows], expected, rtol=1e-5)
     front = read_csv(outputs / "metrics/curves/pareto_front/CORY-LLM2.csv")
     assert [float(r["eta"]) for r in front] == [0.01, 0.1, 0.3]
-    kl = [final_value(y, 10) for y in inputs.pareto["cory"][0.1].curves("llm2/kl").values()]
+    kl = [final_value(y, 10) for y in inputs.sweeps["imdb"].runs["cory"][0.1].curves("llm2/kl").values()]
     assert float(front[1]["kl"]) == pytest.approx(np.mean(kl), rel=1e-5)
+    # the math sweep's front and curves, from its own runs (2 seeds)
+    front = read_csv(outputs / "metrics/curves/pareto_math_front/PPO.csv")
+    assert [float(r["eta"]) for r in front] == [0.01, 0.1, 0.3]
+    reward = [final_value(y, 10) for y in inputs.sweeps["math"].runs["ppo"][0.3].curves("llm1/task_reward").values()]
+    assert len(reward) == 2 and float(front[2]["task_reward"]) == pytest.approx(np.mean(reward), rel=1e-5)
+    rows = read_csv(outputs / "metrics/curves/pareto_math.csv")
+    expected = np.mean(list(inputs.sweeps["math"].runs["cory"][0.01].curves("llm2/kl").values()), axis=0)
+    np.testing.assert_allclose([float(r["cory_eta0.01/llm2/kl"]) for r in rows], expected, rtol=1e-5)
     passk = read_csv(outputs / "metrics/curves/passk.csv")
     assert [r["k"] for r in passk] == ["1", "2", "4"]
     assert float(passk[2]["cory_llm1"]) == pytest.approx(inputs.passk["cory_llm1"]["mean"]["4"], rel=1e-5)
@@ -237,8 +252,9 @@ def test_dvc_metrics_show_prints_the_headline(clone, env):
 def test_dvc_exp_run_sets_a_param_and_exp_show_compares_it_with_the_workspace(clone, env, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(clone, repo, symlinks=True)
-    # DVC writes the params in YAML 1.2: 2e-5 becomes `2e-05`, a number that YAML 1.1 would read as a string
-    out = sh("dvc", "exp", "run", "-S", "report.last_n=2", "-S", "report.tolerance=2e-5", "-n", "last2", cwd=repo,
+    # DVC writes the params in YAML 1.2: 2e-5 becomes `2e-05`, a number that YAML 1.1 would read as a string.
+    # report.tolerance is not written in params.yaml (its default applies): DVC adds such a leaf with "+KEY=VALUE".
+    out = sh("dvc", "exp", "run", "-S", "report.last_n=2", "-S", "+report.tolerance=2e-5", "-n", "last2", cwd=repo,
              env=env)
     assert "Running stage 'report'" in out and "Running stage 'train'" not in out
     assert "tolerance: 2e-05" in (repo / "params.yaml").read_text()
