@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How reports/<profile>/ is produced on a lent GPU machine that has torch and transformers but no network: the
-# Python packages it lacks travel as wheels in .whl/ (pip download for Python 3.12); results come back through $OUT.
+# Python packages it lacks travel as wheels in .whl/ (bash scripts/device_wheels.sh); results come back through $OUT.
 # A user with internet runs the README's first command instead.
 #
 # One call of the lending tool may run 10 minutes, but a process started in its own session (setsid) runs on while
