@@ -9,7 +9,8 @@
 #   bash scripts/device_repro.sh wait 540         # wait up to 540 s; prints the log's tail (repeat until done;
 #                                                 # call again within the tool's warm window, or the run is lost)
 #   bash scripts/device_repro.sh collect          # pack dvc.lock, reports, metrics, run histories, mlflow.db into $OUT
-# (PROFILE=smoke switches the profile first; default: the committed params.yaml.)
+# (PROFILE=smoke switches the profile first; default: the committed params.yaml. RUN="bash scripts/diagnostics.sh
+# math-lr" runs that instead of `dvc repro`, the same way: a diagnostic longer than one call survives it.)
 # The lending tool gives a machine back 30 s after a call ends, so end every call with `collect` (whatever has
 # finished comes back even if the next call finds a bare machine) and send the next call at once:
 #   call 1: bash scripts/device_repro.sh start && bash scripts/device_repro.sh wait 500; bash scripts/device_repro.sh collect
@@ -39,9 +40,9 @@ start() {
   git rev-parse -q --verify HEAD > /dev/null || git init -q .
   git add -A && git -c user.name=repro -c user.email=repro@localhost commit -qm snapshot 2>/dev/null
   : > "$LOG"
-  setsid bash -c "start=\$(date +%s); dvc repro > $LOG 2>&1; echo \"exit \$? after \$(( \$(date +%s) - start )) s\" > repro.done" \
+  setsid bash -c "start=\$(date +%s); ${RUN:-dvc repro} > $LOG 2>&1; echo \"exit \$? after \$(( \$(date +%s) - start )) s\" > repro.done" \
     < /dev/null > /dev/null 2>&1 &
-  echo "dvc repro started in the background in $WORK (log: $LOG)"
+  echo "${RUN:-dvc repro} started in the background in $WORK (log: $LOG)"
 }
 
 wait_for() {
