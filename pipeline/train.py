@@ -15,6 +15,9 @@ their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see
 MLflow run.
 Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes, drawn from one pool
 across all groups (longest first) so the GPU never waits for the stragglers of one group before the next starts.
+With several GPUs visible (CUDA_VISIBLE_DEVICES, or all that torch sees), the pool has `runtime.workers` processes
+per GPU, each pinned to one GPU round-robin. A run that fails stops alone: the others finish, and the stage then
+fails naming every failed run (a rerun keeps the finished ones).
 Every config, model and prompt file is checked before the first run starts.
 """
 
@@ -27,7 +30,7 @@ import multiprocessing
 import os
 import shutil
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,6 +91,69 @@ def share_cpus(workers: int) -> None:
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices, or UUIDs if it lists those)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [gpu.strip() for gpu in listed.split(",") if gpu.strip() and gpu.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_of_worker(index: int, gpus: list[str]) -> str | None:
+    """The GPU of the index-th worker process: workers go round-robin over the GPUs, so `runtime.workers` runs per
+    GPU share each one (None without a GPU)."""
+    return gpus[index % len(gpus)] if gpus else None
+
+
+def start_worker(workers: int, counter, gpus: list[str]) -> None:
+    """Pool initializer: the next worker index from the shared counter picks this process's GPU (set before CUDA
+    starts in it, so the process sees that GPU alone, as cuda:0), then share_cpus."""
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    gpu = gpu_of_worker(index, gpus)
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    share_cpus(workers)
+
+
+def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str]) -> tuple[list[dict], dict[str, str]]:
+    """Train every job, `workers` at once per GPU (in all, without one), longest first; returns (summaries of the
+    runs that finished, {run name: error} of those that failed). One run's failure (out of GPU memory, a non-finite
+    loss) stops that run only: the others train on, and a rerun of the stage keeps them (fingerprints)."""
+    failed: dict[str, str] = {}
+    if workers == 1 and len(gpus) <= 1:
+        summaries = []
+        for job in todo:
+            try:
+                summaries.append(run_job(job, *settings))
+            except Exception as exc:  # noqa: BLE001 - reported, with every other failure, when all runs are done
+                failed[job.name] = _error_line(exc)
+        return summaries, failed
+    processes = workers * max(1, len(gpus))
+    # spawn: CUDA cannot be used in forked children.
+    context = multiprocessing.get_context("spawn")
+    counter = context.Value("i", 0)
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=start_worker,
+                             initargs=(processes, counter, gpus)) as pool:
+        futures = {pool.submit(run_job, job, *settings): job for job in todo}
+        summaries = []
+        for future in as_completed(futures):
+            try:
+                summaries.append(future.result())
+            except Exception as exc:  # noqa: BLE001 - as above
+                failed[futures[future].name] = _error_line(exc)
+                print(f"[train] {futures[future].name} FAILED: {failed[futures[future].name]}", flush=True)
+    return summaries, failed
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 def _digest(h, path: Path) -> None:
@@ -242,14 +308,14 @@ def main(argv: list[str]) -> None:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with stage_timer(params, "train"):
         settings = (name, runtime.log_every, runtime.checkpoint_every, tasks)
-        if runtime.workers == 1:
-            summaries = [run_job(job, *settings) for job in todo]
-        else:
-            # spawn: CUDA cannot be used in forked children.
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(runtime.workers, mp_context=context, initializer=share_cpus,
-                                     initargs=(runtime.workers,)) as pool:
-                summaries = list(pool.map(run_job, todo, *([value] * len(todo) for value in settings)))
+        gpus = visible_gpus() if device() == "cuda" else []
+        if len(gpus) > 1:
+            print(f"[train] {len(gpus)} GPUs: {runtime.workers} runs at once on each", flush=True)
+        summaries, failed = run_all(todo, settings, runtime.workers, gpus)
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed (the {len(summaries)} others finished and are "
+                               "kept; rerun the stage to train the failed ones):\n"
+                               + "\n".join(f"  {run}: {error}" for run, error in sorted(failed.items())))
     summaries += list(done.values())
     for group in groups:
         rows = {s["run"]: headline(s["final"]) for s in summaries if s["run"].startswith(f"{group}/")}

@@ -1,0 +1,49 @@
+"""The train stage's pool: runs spread over the visible GPUs, and one failed run stops only itself."""
+
+from types import SimpleNamespace
+
+import pytest
+
+import pipeline.train as train
+
+
+def test_workers_go_round_robin_over_the_gpus():
+    gpus = ["0", "1"]
+    assert [train.gpu_of_worker(i, gpus) for i in range(5)] == ["0", "1", "0", "1", "0"]
+    assert train.gpu_of_worker(3, []) is None
+
+
+@pytest.mark.parametrize("listed, expected", [("0,1", ["0", "1"]), ("2", ["2"]), ("", []), ("-1", []),
+                                              ("GPU-a1, GPU-b2", ["GPU-a1", "GPU-b2"])])
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch, listed, expected):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    assert train.visible_gpus() == expected
+
+
+def test_a_failed_run_stops_alone_and_is_named(monkeypatch):
+    jobs = [SimpleNamespace(name=f"g/run{i}/seed0") for i in range(3)]
+
+    def run_job(job, *settings):
+        if job.name == "g/run1/seed0":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 946.00 MiB\nmore detail")
+        return {"run": job.name}
+
+    monkeypatch.setattr(train, "run_job", run_job)
+    summaries, failed = train.run_all(jobs, ("profile",), workers=1, gpus=[])
+    assert [s["run"] for s in summaries] == ["g/run0/seed0", "g/run2/seed0"]  # the run after the failure still ran
+    assert failed == {"g/run1/seed0": "RuntimeError: CUDA out of memory. Tried to allocate 946.00 MiB"}
+
+
+def test_the_process_pool_collects_every_failure(monkeypatch, tmp_path):
+    """Two worker processes (spawned, as on a GPU machine) each get a run whose prompt file is missing: both
+    failures come back named, neither stops the other."""
+    from cory.config import TrainConfig
+    from cory.experiments import Job, TaskConfig
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    task = TaskConfig(model="unused", prompts=str(tmp_path / "missing.jsonl"), reward="math")
+    jobs = [Job("g", f"run{i}", 0, TrainConfig(), task, "unused", str(tmp_path / f"run{i}"), False) for i in range(2)]
+    summaries, failed = train.run_all(jobs, ("test", 1, 0, {"g": "math"}), workers=2, gpus=[])
+    assert summaries == []
+    assert sorted(failed) == ["g/run0/seed0", "g/run1/seed0"]
+    assert all(error.startswith("FileNotFoundError") and "missing.jsonl" in error for error in failed.values())
