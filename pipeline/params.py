@@ -46,7 +46,13 @@ class RuntimeConfig:
     """How stages use the machine."""
 
     workers: int = 1
-    """Training runs executed at once (parallel processes sharing the GPU); 1 runs them one after another."""
+    """Training runs executed at once on each GPU (parallel processes sharing it; without a GPU, in all); 1 runs
+    them one after another (on each GPU)."""
+    executor: Literal["local", "ray"] = "local"
+    """Where the train stage's runs execute: "local", a pool of processes on this machine; "ray", one Ray task per
+    run on the cluster that $RAY_ADDRESS names (unset: a local Ray instance), each asking for 1/workers of a GPU
+    (one CPU where the cluster has no GPU). Ray workers import this repository's code and write the run folders at
+    the same paths, so a cluster needs it on a shared filesystem."""
     log_every: int = 1
     """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
     checkpoint_every: int = 10

@@ -16,7 +16,8 @@ MLflow run.
 Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes, drawn from one pool
 across all groups (longest first) so the GPU never waits for the stragglers of one group before the next starts.
 With several GPUs visible (CUDA_VISIBLE_DEVICES, or all that torch sees), the pool has `runtime.workers` processes
-per GPU, each pinned to one GPU round-robin. A run that fails stops alone: the others finish, and the stage then
+per GPU, each pinned to one GPU round-robin; `runtime.executor: ray` sends the runs to a Ray cluster instead. A run
+that fails stops alone: the others finish, and the stage then
 fails naming every failed run (a rerun keeps the finished ones).
 Every config, model and prompt file is checked before the first run starts.
 """
@@ -149,6 +150,36 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str]) -> 
                 failed[futures[future].name] = _error_line(exc)
                 print(f"[train] {futures[future].name} FAILED: {failed[futures[future].name]}", flush=True)
     return summaries, failed
+
+
+def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dict], dict[str, str]]:
+    """run_all's contract on a Ray cluster ($RAY_ADDRESS; unset: a local instance): one task per run, longest first,
+    each asking for 1/workers of a GPU where the cluster has GPUs (Ray then sets the task's CUDA_VISIBLE_DEVICES),
+    else one CPU."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("runtime.executor: ray needs the ray package (pip install 'ray>=2.9')") from None
+    ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False, log_to_driver=True,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}})
+    try:
+        has_gpu = ray.cluster_resources().get("GPU", 0) > 0
+        from pipeline import train  # run_job by its importable name, not as __main__'s (python -m pipeline.train)
+
+        task = ray.remote(train.run_job).options(max_retries=0, **({"num_gpus": 1 / workers} if has_gpu else {"num_cpus": 1}))
+        refs = {task.remote(job, *settings): job for job in todo}
+        summaries, failed, pending = [], {}, list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                summaries.append(ray.get(ready[0]))
+            except Exception as exc:  # noqa: BLE001 - reported with every other failure
+                cause = getattr(exc, "cause", None) or exc  # a RayTaskError wraps the run's own exception
+                failed[refs[ready[0]].name] = _error_line(cause)
+                print(f"[train] {refs[ready[0]].name} FAILED: {failed[refs[ready[0]].name]}", flush=True)
+        return summaries, failed
+    finally:
+        ray.shutdown()
 
 
 def _error_line(exc: BaseException) -> str:
@@ -311,7 +342,10 @@ def main(argv: list[str]) -> None:
         gpus = visible_gpus() if device() == "cuda" else []
         if len(gpus) > 1:
             print(f"[train] {len(gpus)} GPUs: {runtime.workers} runs at once on each", flush=True)
-        summaries, failed = run_all(todo, settings, runtime.workers, gpus)
+        if runtime.executor == "ray":
+            summaries, failed = run_on_ray(todo, settings, runtime.workers)
+        else:
+            summaries, failed = run_all(todo, settings, runtime.workers, gpus)
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed (the {len(summaries)} others finished and are "
                                "kept; rerun the stage to train the failed ones):\n"

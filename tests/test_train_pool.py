@@ -47,3 +47,18 @@ def test_the_process_pool_collects_every_failure(monkeypatch, tmp_path):
     assert summaries == []
     assert sorted(failed) == ["g/run0/seed0", "g/run1/seed0"]
     assert all(error.startswith("FileNotFoundError") and "missing.jsonl" in error for error in failed.values())
+
+
+def test_ray_executor_without_ray_is_one_clear_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(train.ConfigError, match="runtime.executor: ray needs the ray package"):
+        train.run_on_ray([], (), workers=1)
