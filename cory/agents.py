@@ -3,6 +3,13 @@
 A CORY agent (and the single PPO agent) is a causal LM with a scalar value head on its last hidden state, plus its
 own Adam optimizer, KL controller and score normaliser. A role exchange swaps which agent plays which role; the
 agent keeps all of this with it (the official code lost it at every swap by save-and-reload: CORY.md B1).
+
+Two ways to hold the LM copies (`build_agents`):
+
+- full fine-tuning: each agent owns a whole copy of the model, and a third frozen copy is the reference pi_0;
+- LoRA (`train.lora_rank`): ONE frozen base holds one named LoRA adapter per agent ("llm1", "llm2"), and the
+  reference is that same base with the adapters switched off. The official code's 7B setting (LoraConfig r=16,
+  alpha=16, bias none, on a 4-bit base: CORY.md §2.2) then needs one copy of the 7B weights, not three.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from cory.config import PPOConfig
+from cory.config import ConfigError, PPOConfig, TrainConfig
 from cory.ppo import AdaptiveKLController, FixedKLController, RunningMoments
 
 
@@ -53,12 +60,17 @@ def make_kl_controller(cfg: PPOConfig):
 
 
 class Agent:
-    """One LLM copy under training: policy + value head, optimizer, KL controller and score normaliser."""
+    """One LLM copy under training: policy + value head, optimizer, KL controller and score normaliser.
 
-    def __init__(self, name: str, lm, cfg: PPOConfig, value_dropout: float = 0.1):
+    `adapter` names this agent's LoRA adapter in a peft model that other agents share (None: the agent owns every
+    weight of `lm`). A shared model runs whichever adapter was activated last, so every forward, backward and
+    generation of this agent starts with `activate()`; the optimizer covers only this adapter and the value head."""
+
+    def __init__(self, name: str, lm, cfg: PPOConfig, value_dropout: float = 0.1, adapter: str | None = None):
         self.name = name
         self.lm = lm
         self.cfg = cfg
+        self.adapter = adapter
         device = next(lm.parameters()).device
         if cfg.dropout == "none":
             disable_dropout(lm)
@@ -68,6 +80,11 @@ class Agent:
             nn.init.zeros_(self.value_head.summary.weight)
             nn.init.zeros_(self.value_head.summary.bias)
         self.reset_training_state()
+
+    def activate(self) -> None:
+        """Route the shared model through this agent's adapter (a no-op for an agent that owns its weights)."""
+        if self.adapter is not None:
+            self.lm.set_adapter(self.adapter)
 
     def reset_training_state(self) -> None:
         """Fresh optimizer, KL coefficient and score moments: the start of a run, and (only with
@@ -86,8 +103,15 @@ class Agent:
         m = self.score_moments
         m.mean, m.var, m.std, m.count = state["score_moments"]
 
+    def lm_weights(self) -> dict[str, nn.Parameter]:
+        """The LM weights this agent trains, by name: its adapter's (selected by name, since peft marks only the
+        active adapter trainable), or every trainable weight of a model it owns."""
+        if self.adapter is not None:
+            return {n: p for n, p in self.lm.named_parameters() if self.adapter in n.split(".")}
+        return {n: p for n, p in self.lm.named_parameters() if p.requires_grad}
+
     def parameters(self) -> list[nn.Parameter]:
-        return [p for p in list(self.lm.parameters()) + list(self.value_head.parameters()) if p.requires_grad]
+        return list(self.lm_weights().values()) + [p for p in self.value_head.parameters() if p.requires_grad]
 
     @property
     def device(self) -> torch.device:
@@ -100,12 +124,14 @@ class Agent:
     def save(self, path: str | Path, tokenizer=None) -> None:
         """A plain transformers model folder (loadable without this library) + value_head.safetensors + training state.
 
-        LoRA adapters are merged into a copy of the weights first, so the folder needs neither peft nor this library."""
+        An adapter agent's folder holds base + its adapter merged (W + scale * B A per LoRA layer, a 4-bit base
+        dequantised), computed beside the shared model, which is left as it was: the other agent's adapter and the
+        reference still sit on the untouched base."""
         path = Path(path)
-        lm = self.lm
-        if hasattr(lm, "merge_and_unload"):
-            lm = copy.deepcopy(lm).merge_and_unload()
-        lm.save_pretrained(path)
+        if self.adapter is None:
+            self.lm.save_pretrained(path)
+        else:
+            plain_model(self.lm, merged_state_dict(self.lm, self.adapter)).save_pretrained(path)
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
         save_file(self.value_head.state_dict(), str(path / "value_head.safetensors"))
@@ -114,16 +140,147 @@ class Agent:
                        "score_std": self.score_moments.std}, fh, indent=2)
 
 
-def with_lora(lm, rank: int, alpha: float):
-    """Wrap `lm` with trainable LoRA adapters (peft); the base weights stay frozen."""
-    from peft import LoraConfig, get_peft_model
+def build_agents(cfg: TrainConfig, lm) -> tuple[list[Agent], object]:
+    """LLM1 (and LLM2 for CORY: the duplication of paper §3.1) and the reference pi_0 both are measured against.
 
-    return get_peft_model(lm, LoraConfig(r=rank, lora_alpha=alpha, bias="none", task_type="CAUSAL_LM"))
+    Full fine-tuning (train.lora_rank null) changes every weight, so each agent needs its own copy and the reference
+    a frozen third: 2 copies of the weights for PPO, 3 for CORY. With LoRA the base never changes, so the copies are
+    adapters: one peft model holds an adapter per agent and the reference is that model with its adapters disabled,
+    one copy of the base whatever the number of agents (what lets Llama-2-7b CORY fit one 80 GB GPU)."""
+    names = [f"llm{i + 1}" for i in range(cfg.cory.n_agents)]
+    if cfg.lora_rank is None:
+        reference = frozen_reference(lm)
+        copies = [lm] + [copy.deepcopy(lm) for _ in names[1:]]
+        return [Agent(n, c, cfg.ppo) for n, c in zip(names, copies)], reference
+    shared = with_lora_adapters(lm, names, cfg.lora_rank, cfg.lora_alpha)
+    return [Agent(n, shared, cfg.ppo, adapter=n) for n in names], AdaptersDisabled(shared)
+
+
+def lora_config(rank: int, alpha: float):
+    """The official code's adapter (CORY.md §2.2: LoraConfig(r=16, lora_alpha=16, bias="none")), on peft's default
+    target modules for the architecture (the paper names none)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=rank, lora_alpha=alpha, bias="none", task_type="CAUSAL_LM")
+
+
+def with_lora_adapters(lm, names: list[str], rank: int, alpha: float):
+    """`lm` (modified in place, frozen) wrapped by peft with one trainable LoRA adapter per name; the first is active.
+
+    Adapters are added in `names` order, so they draw their random initial A matrices from torch's RNG in the order
+    separate per-agent copies did: the same seed gives the same adapters either way."""
+    from peft import get_peft_model, prepare_model_for_kbit_training
+
+    if getattr(lm, "is_loaded_in_4bit", False):
+        # As trl's value-head model (the paper's trainer) prepares a k-bit base for peft: unquantised weights
+        # (embeddings, norms, head) to fp32. Without gradient checkpointing: a 4-bit 7B base leaves the memory.
+        prepare_model_for_kbit_training(lm, use_gradient_checkpointing=False)
+    model = get_peft_model(lm, lora_config(rank, alpha), adapter_name=names[0])
+    for name in names[1:]:
+        model.add_adapter(name, lora_config(rank, alpha))
+    model.set_adapter(names[0])
+    return model
+
+
+class AdaptersDisabled:
+    """The reference pi_0 of a shared LoRA model: the same module called with every adapter off, in eval mode.
+
+    Callable like the model it wraps (`forward_response` calls `lm(**inputs)`), so the learner treats it like a
+    frozen copy; it holds no weights of its own."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, **inputs):
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self.model.disable_adapter():
+                return self.model(**inputs)
+        finally:
+            self.model.train(was_training)
 
 
 def frozen_reference(lm):
-    """The frozen initial model pi_0 that both agents' KL is measured against (one shared copy)."""
+    """The frozen initial model pi_0 that both agents' KL is measured against (one shared copy; full fine-tuning)."""
     ref = copy.deepcopy(lm)
     ref.eval()
     ref.requires_grad_(False)
     return ref
+
+
+@torch.no_grad()
+def merged_state_dict(model, adapter: str) -> dict[str, torch.Tensor]:
+    """The weights of the plain model that `model` (a peft model) computes with `adapter` active, under the plain
+    model's names: W + scale * B A for every LoRA layer (peft's get_delta_weight, which knows GPT-2's transposed
+    Conv1D), every 4-bit weight dequantised. `model` is not modified (peft's merge_and_unload would merge in place)."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if ".lora_" not in k}
+    for name, module in base.named_modules():
+        if name.endswith(".base_layer"):
+            continue  # handled with the LoRA layer around it
+        if isinstance(module, LoraLayer):
+            weight = _dense_weight(module.get_base_layer())
+            if adapter in module.lora_A or adapter in module.lora_embedding_A:
+                weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
+        elif _is_4bit(getattr(module, "weight", None)):
+            weight = _dense_weight(module)
+        else:
+            continue
+        key = f"{name}.weight"
+        for stale in [k for k in state if k.startswith(key + ".")]:  # a 4-bit weight's quantisation statistics
+            del state[stale]
+        state[key] = weight.contiguous()
+    return state
+
+
+def _is_4bit(weight) -> bool:
+    return type(weight).__name__ == "Params4bit"  # bitsandbytes' packed NF4/FP4 weight
+
+
+def _dense_weight(layer) -> torch.Tensor:
+    """A linear layer's weight as a plain tensor, a 4-bit one dequantised by bitsandbytes' pure function (peft's
+    dequantize_module_weight re-assigns a CPU layer's weight, which changed the reference's outputs here)."""
+    weight = layer.weight
+    if _is_4bit(weight):
+        import bitsandbytes as bnb
+
+        return bnb.functional.dequantize_4bit(weight.data, weight.quant_state)
+    return weight.detach()
+
+
+def plain_model(model, state: dict[str, torch.Tensor]):
+    """A transformers model of `model`'s architecture holding `state` (no copy: tensors are assigned), without peft
+    layers or a quantisation config, so that its folder loads with AutoModelForCausalLM.from_pretrained alone."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.get_base_model().config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(state, strict=True, assign=True)
+    plain.tie_weights()
+    return plain
+
+
+def nf4_quantization_config(device: str):
+    """transformers' BitsAndBytesConfig for the paper's 4-bit base (QLoRA's NF4, bf16 compute), or one ConfigError
+    naming train.load_in_4bit where it cannot run: bitsandbytes missing, or no CUDA device. (bitsandbytes 0.50 runs
+    4-bit on CPU too, but on AVX512-BF16 CPUs it repacks the weights at the first eval-mode forward, after which no
+    gradient reaches the adapters: tests/test_shared_lora.py.) Called before any model is loaded."""
+    import importlib.util
+
+    problems = []
+    if importlib.util.find_spec("bitsandbytes") is None:
+        problems.append("the bitsandbytes package is not installed (pip install bitsandbytes)")
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        problems.append(f"it needs a CUDA GPU (device {device!r}, CUDA available: {torch.cuda.is_available()})")
+    if problems:
+        raise ConfigError(f"train.load_in_4bit: 4-bit NF4 loading of the base model is on, but "
+                          f"{'; and '.join(problems)}. Set it to false to train the base in bf16/fp32.")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)

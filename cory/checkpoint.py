@@ -4,6 +4,8 @@ A checkpoint holds everything the next iteration depends on, so that a run kille
 its checkpoint ends with the same history as an uninterrupted run of the same seed:
 
 - each agent's weights and value head (safetensors), its Adam state, KL coefficient and running score moments;
+  an agent that is a LoRA adapter on a shared base saves its adapter only (the frozen base is the run's model, loaded
+  again on resume: the run's fingerprint covers it), so a 7B CORY checkpoint is megabytes, not two 13 GB copies;
 - the trainer's iteration, role assignment and response-length RNG; torch's (CPU and CUDA), numpy's and Python's
   global RNGs (sampling and the PPO mini-batch order draw from torch's);
 - whatever the caller adds (`extra`: the samples logged so far, the seconds spent).
@@ -37,7 +39,7 @@ def save_checkpoint(directory: str | Path, trainer, extra: dict[str, Any]) -> Pa
     shutil.rmtree(target, ignore_errors=True)  # a half-written one from a kill during an earlier save
     target.mkdir(parents=True)
     for agent in trainer.agents:
-        save_model(agent.lm, str(target / f"{agent.name}.safetensors"))  # handles GPT-2's tied embeddings
+        _save_lm_weights(agent, target / f"{agent.name}.safetensors")
         save_file(agent.value_head.state_dict(), str(target / f"{agent.name}.value_head.safetensors"))
         torch.save(agent.optimizer.state_dict(), target / f"{agent.name}.optimizer.pt")
     torch.save(
@@ -80,7 +82,7 @@ def load_checkpoint(directory: str | Path, trainer) -> dict[str, Any] | None:
     state = json.loads((source / "state.json").read_text())
     for agent in trainer.agents:
         device = agent.device
-        load_model(agent.lm, str(source / f"{agent.name}.safetensors"), device=str(device))
+        _load_lm_weights(agent, source / f"{agent.name}.safetensors")
         agent.value_head.load_state_dict(load_file(str(source / f"{agent.name}.value_head.safetensors"), device=str(device)))
         agent.optimizer.load_state_dict(torch.load(source / f"{agent.name}.optimizer.pt", map_location=device,
                                                    weights_only=True))
@@ -93,6 +95,28 @@ def load_checkpoint(directory: str | Path, trainer) -> dict[str, Any] | None:
     _set_numpy_state(state["numpy_rng"])
     random.setstate((state["python_rng"][0], tuple(state["python_rng"][1]), state["python_rng"][2]))
     return state["extra"]
+
+
+def _save_lm_weights(agent, file: Path) -> None:
+    """Every weight of an agent's own model (save_model handles GPT-2's tied embeddings), or its adapter's only."""
+    if agent.adapter is None:
+        save_model(agent.lm, str(file))
+    else:
+        save_file({name: p.detach().contiguous() for name, p in agent.lm_weights().items()}, str(file))
+
+
+def _load_lm_weights(agent, file: Path) -> None:
+    if agent.adapter is None:
+        load_model(agent.lm, str(file), device=str(agent.device))
+        return
+    weights = agent.lm_weights()
+    saved = load_file(str(file))
+    if set(saved) != set(weights):
+        raise ValueError(f"{file}: holds adapter weights {sorted(set(saved) ^ set(weights))[:4]} that do not match "
+                         f"{agent.name}'s adapter (another lora_rank or model?)")
+    with torch.no_grad():
+        for name, p in weights.items():
+            p.copy_(saved[name])
 
 
 def _numpy_state() -> list:

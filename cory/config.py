@@ -298,6 +298,9 @@ class TrainConfig:
     """Train LoRA adapters of this rank (peft) instead of every weight, as the paper's 7B runs must; None = full."""
     lora_alpha: float = 16.0
     """LoRA scaling alpha (the official code's LoraConfig: r=16, alpha=16)."""
+    load_in_4bit: bool = False
+    """Load the frozen base in 4-bit NF4 with bf16 compute (bitsandbytes; QLoRA-style, the paper's Llama setting);
+    needs lora_rank, bitsandbytes and a CUDA GPU."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     cory: CORYConfig = field(default_factory=CORYConfig)
 
@@ -313,6 +316,8 @@ class TrainConfig:
         check(self.samples_to_log >= 0, f"{path}.samples_to_log", f"must be >= 0, got {self.samples_to_log}")
         check(self.lora_rank is None or self.lora_rank > 0, f"{path}.lora_rank", f"must be > 0 or null, got {self.lora_rank}")
         check(self.lora_alpha > 0, f"{path}.lora_alpha", f"must be > 0, got {self.lora_alpha}")
+        check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",
+              "needs lora_rank: 4-bit weights cannot be fine-tuned, only adapters on them")
 
     @property
     def eta(self) -> float:

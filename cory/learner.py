@@ -53,6 +53,9 @@ def make_experience(
 ) -> Experience:
     """Forward passes (policy in eval mode, and the reference), KL, shaped rewards and advantages.
 
+    `ref_lm` is the reference pi_0: a frozen copy of the model, or the agents' shared LoRA model with its adapters
+    disabled (cory.agents.AdaptersDisabled); either is called like a transformers causal LM.
+
     `keep` (B,) bool leaves samples out of the update (ppo.on_nonfinite: skip): their response mask is zeroed, so no
     loss, statistic or score moment sees them."""
     cfg = agent.cfg
@@ -64,6 +67,7 @@ def make_experience(
         rollout = replace(rollout, response_mask=rollout.response_mask * keep[:, None])
         scores = torch.where(keep, scores, 0.0)
     mask = rollout.response_mask.float()
+    agent.activate()
     agent.train(False)  # trl's batched_forward_pass runs in eval mode: no dropout in the old log-probs, any mode
     chunk = cfg.forward_batch_size or len(rollout.prompts)
     parts = []
@@ -112,6 +116,7 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     B = exp.scores.shape[0]
     # trl computes the update's log-probs and values with the same batched_forward_pass, in eval mode: ppo.dropout
     # "trl" (and "none") update without dropout; only "update" drops here.
+    agent.activate()
     agent.train(cfg.dropout == "update")
     skipped = skipped_steps = 0
     stats_acc = []

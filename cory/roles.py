@@ -1,7 +1,8 @@
 """CORY's roles (paper §3.1): who plays pioneer and observer, the observer's prompt, and the collective reward.
 
 Roles are separate from identities: LLM1 is the copy that starts as pioneer, LLM2 the one that starts as observer.
-A role exchange (Eq. 5) swaps references to the agents; nothing is saved, reloaded or rebuilt.
+A role exchange (Eq. 5) swaps references to the agents; nothing is saved, reloaded or rebuilt. With LoRA on a shared
+base each agent is bound to its own adapter, so an exchange swaps adapters, each with its optimizer state.
 """
 
 from __future__ import annotations

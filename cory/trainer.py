@@ -7,7 +7,6 @@ it; PPO simply has no observer.
 
 from __future__ import annotations
 
-import copy
 import time
 from contextlib import contextmanager
 from typing import Callable, Sequence
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 
 from cory import ppo
-from cory.agents import Agent, frozen_reference, with_lora
+from cory.agents import Agent, build_agents
 from cory.config import TrainConfig
 from cory.learner import Experience, NonFiniteError, make_experience, whole_groups, ppo_update
 from cory.metrics import distinct_n
@@ -35,11 +34,8 @@ class Trainer:
         self.tokenizer = tokenizer
         self.reward_fn = reward_fn
         configure_gpu_for_rl(next(lm.parameters()).device)
-        self.ref_lm = frozen_reference(lm)
-        copies = [lm] if cfg.cory.n_agents == 1 else [lm, copy.deepcopy(lm)]  # duplication (paper §3.1)
-        if cfg.lora_rank is not None:
-            copies = [with_lora(c, cfg.lora_rank, cfg.lora_alpha) for c in copies]
-        agents = [Agent(f"llm{i + 1}", c, cfg.ppo) for i, c in enumerate(copies)]
+        # Duplication (paper §3.1): whole copies, or LoRA adapters on one shared base (see cory.agents).
+        agents, self.ref_lm = build_agents(cfg, lm)
         self.roles = Roles(agents)
         self.iteration = 0
         # Response lengths come from their own stream, seeded once (never re-seeded at a swap: CORY.md B2).
@@ -176,6 +172,7 @@ class Trainer:
 
     def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int, dropout: bool = False) -> Rollout:
         ppo_cfg = self.cfg.ppo
+        agent.activate()
         return generate(agent.lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
                         mixed_precision=ppo_cfg.mixed_precision, dropout=dropout)
 
