@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from cory.results import Inputs, Run
+from cory.results import SWEEP_TASKS, Inputs, Run, Sweep
 
 if TYPE_CHECKING:
     from cory.settings import ReportConfig
@@ -218,7 +218,8 @@ ETA_SOURCE = "train.combined_reward_eta, else ppo.init_kl_coef"
 def build_claims(inputs: Inputs, cfg: ReportConfig) -> list[Claim]:
     """Every claim of CORY.md §4 that the pipeline reproduces, in the paper's order."""
     imdb = inputs.runs["imdb"]
-    return [*imdb_claims(imdb, cfg), *math_claims(inputs.runs["math"], cfg), pareto_claim(inputs.pareto, cfg),
+    return [*imdb_claims(imdb, cfg), *math_claims(inputs.runs["math"], cfg),
+            *(pareto_claim(task, inputs.sweeps.get(task), cfg) for task in SWEEP_TASKS),
             passk_claim(inputs.passk), *ablation_claims(imdb, cfg), *cooperation_claims(imdb, cfg)]
 
 
@@ -326,23 +327,34 @@ def math_claims(maths: dict[str, Run], cfg: ReportConfig) -> list[Claim]:
     return claims
 
 
-def pareto_claim(pareto: dict[str, dict[float, Run]], cfg: ReportConfig) -> Claim:
-    """Fig. 2c: the (task reward, -KL) frontiers of PPO and CORY over the KL coefficient eta."""
+PARETO_TASKS = {"imdb": ("IMDB (the paper's Fig. 2c is GSM8K)", "the sentiment logit"),
+                "math": ("Math (GSM8K in the paper)", "the share of correct answers")}
+"""Task -> (how the Fig. 2c claim names it, what its task reward is)."""
+
+
+def pareto_claim(task: str, sweep: Sweep | None, cfg: ReportConfig) -> Claim:
+    """Fig. 2c on one task: the (task reward, -KL) frontiers of PPO and CORY over the KL coefficient eta. Without a
+    sweep of the task (no experiment group with its task and a sweep_eta) the claim has no numbers: not measurable."""
+    name, reward = PARETO_TASKS[task]
+    paper = f"{name}: CORY's (task reward, -KL) frontier dominates PPO's (Fig. 2c)."
+    if sweep is None:
+        return Claim(SWEEP_TASKS[task], "", paper, f"not measured: these params sweep no KL coefficient on task "
+                     f"{task!r} (no experiment group with task: {task} and a sweep_eta).", {}, lambda v: False)
 
     def frontier(runs: dict[float, Run], x: str) -> dict[int, list[tuple[float, float]]]:
         points = [(final(run, _key(x, "task_reward"), cfg), final(run, _key(x, "kl"), cfg)) for run in runs.values()]
         seeds = set.intersection(*(set(reward) for reward, _ in points))
         return {s: [(reward[s], kl[s]) for reward, kl in points] for s in seeds}
 
-    ppo = frontier(pareto["ppo"], "LLM1")
-    q = {f"share of PPO points dominated by CORY-{x}": _pair(ppo, frontier(pareto["cory"], x), dominated_share)
+    ppo = frontier(sweep.runs["ppo"], "LLM1")
+    q = {f"share of PPO points dominated by CORY-{x}": _pair(ppo, frontier(sweep.runs["cory"], x), dominated_share)
          for x in LLMS}
-    etas = ", ".join(f"{e:g}" for e in sorted(pareto["ppo"]))
+    etas = ", ".join(f"{e:g}" for e in sorted(sweep.runs["ppo"]))
     return Claim(
-        "pareto", "fig2c_pareto.png", "CORY's (task reward, -KL) frontier dominates PPO's (Fig. 2c).",
-        f"every PPO point (final values, one per eta in {{{etas}}}) has a CORY point with higher-or-equal final task "
-        "reward and lower-or-equal final KL; for CORY-LLM1 and for CORY-LLM2.", q,
-        lambda v: all(x == 1.0 for x in v.values()))
+        SWEEP_TASKS[task], f"fig2c_{SWEEP_TASKS[task]}.png", paper,
+        f"every PPO point (final values, one per eta in {{{etas}}}, group `{sweep.group}`) has a CORY point with "
+        f"higher-or-equal final task reward ({reward}) and lower-or-equal final KL; for CORY-LLM1 and for CORY-LLM2.",
+        q, lambda v: all(x == 1.0 for x in v.values()))
 
 
 def passk_claim(results: dict) -> Claim:

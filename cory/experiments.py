@@ -84,11 +84,21 @@ class ExperimentConfig:
     """If set, every run is repeated at each KL coefficient eta (ppo.init_kl_coef), named <run>_eta<eta>."""
     save_models: bool = True
     """Save the trained agents (needed for Pass@k evaluation)."""
+    seeds: list[int] | None = None
+    """The seeds this group's runs are repeated over: a subset of the top-level `seeds` (an expensive group may run
+    fewer); null: all of them."""
 
     def __post_init__(self) -> None:
         path = section_path("experiment")
         check(bool(self.runs), f"{path}.runs", "needs at least one run")
         check(all(e >= 0 for e in self.sweep_eta), f"{path}.sweep_eta", "KL coefficients must be >= 0")
+        if self.seeds is not None:
+            check(bool(self.seeds), f"{path}.seeds", "must name at least one seed (null: all of the top-level seeds)")
+            check(len(set(self.seeds)) == len(self.seeds), f"{path}.seeds", f"must not repeat a seed, got {self.seeds}")
+
+    def seeds_of(self, seeds: list[int]) -> list[int]:
+        """The seeds the group runs, given the top-level `seeds`."""
+        return list(seeds if self.seeds is None else self.seeds)
 
 
 @dataclass
@@ -156,10 +166,14 @@ def expand_jobs(
 ) -> list[Job]:
     """Every (run, seed) of a group with its resolved, validated TrainConfig (all checked before any training).
     Run files go to runs_dir/<group>/<run>/seed<k>/, weights to the same path under checkpoints_dir (default runs_dir).
+    `seeds` are the top-level seeds; the group runs those of its own `seeds`, which must be among them.
 
     A run's train config is `base_train` <- the group's train block <- the run's <- its sweep KL coefficient, and then
     the settings no block may write (FILLED): its seed and its task's templates."""
     sweep = bool(exp.sweep_eta)
+    extra_seeds = [s for s in exp.seeds_of(seeds) if s not in seeds]
+    check(not extra_seeds, f"experiments.{group}.seeds", f"must be a subset of the top-level seeds {list(seeds)}; "
+          f"{extra_seeds} are not among them")
     check_layer(base_train, "train")
     check_layer(exp.train, f"experiments.{group}.train", sweep)
     specs: dict[str, tuple[RunSpec, dict]] = {}
@@ -173,7 +187,7 @@ def expand_jobs(
             specs[name] = (spec, {})
     jobs = []
     for name, (spec, extra) in specs.items():
-        for seed in seeds:
+        for seed in exp.seeds_of(seeds):
             raw = merge(merge(merge(base_train, exp.train), spec.train), extra)
             raw = merge(raw, {"seed": seed, "prompt_template": task.prompt_template,
                               "cory": {"observer_template": task.observer_template}})
@@ -228,11 +242,17 @@ def batches(n_items: int, batch_size: int, iterations: int, seed: int):
         pos += batch_size
 
 
-def load_lm(name_or_path: str, device: str):
+def load_lm(name_or_path: str, device: str, load_in_4bit: bool = False):
+    """The run's base LM on `device`; with `load_in_4bit` (train.load_in_4bit) quantised to NF4 as it loads, after
+    checking that bitsandbytes and a GPU are there (one ConfigError otherwise, before any weight is read)."""
     from transformers import AutoModelForCausalLM
 
+    from cory.agents import nf4_quantization_config
     from cory.pretrain import load_pretrained
 
+    if load_in_4bit:  # a quantised model is placed by device_map as it loads; .to() cannot move it
+        quantization = {"quantization_config": nf4_quantization_config(device), "device_map": {"": device}}
+        return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", **quantization)
     return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model").to(device)
 
 
@@ -262,7 +282,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     resume_dir = Path(job.checkpoint_dir or job.run_dir) / "resume"
     queries, answers = load_queries(job.task.prompts)
     tokenizer = load_tokenizer(job.model)
-    lm = load_lm(job.model, device)
+    lm = load_lm(job.model, device, job.train.load_in_4bit)
     if job.task.reward == "sentiment":
         reward = build_reward("sentiment", model_name_or_path=job.task.reward_model, device=device)
     else:

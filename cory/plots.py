@@ -211,10 +211,11 @@ def place_labels(ax, labels: list[tuple[float, float, str, str]], avoid: list[tu
     return placed
 
 
-def pareto_figure(frontiers: dict[str, list[FrontierPoint]], title: str) -> Figure:
-    """Fig. 2(c): final task reward (x) against -KL (y), one point per eta with min-max error bars over seeds,
-    joined in order of eta. Every point is labelled with its eta in its frontier's colour, the labels set apart
-    (`place_labels`)."""
+def pareto_figure(frontiers: dict[str, list[FrontierPoint]], title: str,
+                  xlabel: str = "task reward after training (higher is better)") -> Figure:
+    """Fig. 2(c): final task reward (x, labelled `xlabel`: what the task's reward is) against -KL (y), one point per
+    eta with min-max error bars over seeds, joined in order of eta. Every point is labelled with its eta in its
+    frontier's colour, the labels set apart (`place_labels`)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     for i, (label, points) in enumerate(frontiers.items()):
         colour, linestyle, marker = style(label, i)
@@ -225,7 +226,7 @@ def pareto_figure(frontiers: dict[str, list[FrontierPoint]], title: str) -> Figu
         ax.errorbar(reward, -kl, xerr=[reward - reward_range[:, 0], reward_range[:, 1] - reward],
                     yerr=[kl_range[:, 1] - kl, kl - kl_range[:, 0]], color=colour, linestyle=linestyle,
                     marker=marker, markersize=MARKER_SIZE, capsize=3, label=label)
-    ax.set_xlabel("task reward after training (higher is better)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(r"$-$KL$(\pi_\theta \,\|\, \pi_0)$ after training (higher is better)")
     ax.set_title(title, fontsize=12)
     ax.grid(alpha=0.3)

@@ -39,7 +39,8 @@ from cory.claims import (
     smooth,
 )
 from cory.metrics import glossary_markdown
-from cory.results import PARETO_GROUP, Inputs, Run, load_inputs
+from cory.experiments import ExperimentConfig
+from cory.results import SWEEP_TASKS, Inputs, Run, Sweep, load_inputs
 from cory.settings import ReportConfig
 
 """The IMDB prompts of the paper's qualitative Table 3; samples.md shows them first where a run logged them."""
@@ -86,10 +87,11 @@ def frontier(runs: dict[float, Run], who: str, last_n: int) -> list[plots.Fronti
     return points
 
 
-def pareto_frontiers(sweep: dict[str, dict[float, Run]], last_n: int) -> dict[str, list[plots.FrontierPoint]]:
-    """The frontiers of Fig. 2(c) from a KL-coefficient sweep ("ppo" / "cory" -> eta -> Run), whatever its task."""
-    return {"PPO": frontier(sweep["ppo"], "llm1", last_n), "CORY-LLM1": frontier(sweep["cory"], "llm1", last_n),
-            "CORY-LLM2": frontier(sweep["cory"], "llm2", last_n)}
+def pareto_frontiers(sweep: Sweep, last_n: int) -> dict[str, list[plots.FrontierPoint]]:
+    """The frontiers of Fig. 2(c) from a KL-coefficient sweep, whatever its task."""
+    ppo, cory = sweep.runs["ppo"], sweep.runs["cory"]
+    return {"PPO": frontier(ppo, "llm1", last_n), "CORY-LLM1": frontier(cory, "llm1", last_n),
+            "CORY-LLM2": frontier(cory, "llm2", last_n)}
 
 
 def _reward_kl(task: str) -> list[tuple[str, str, str]]:
@@ -104,6 +106,23 @@ def _with_combined(task: str, eta: str) -> list[tuple[str, str, str]]:
 def _over_seeds(n: int, mark: str = "band", unit: str = "seeds") -> str:
     """How a figure sums up its seeds, for its title: "mean of 3 seeds, band: lowest to highest seed"."""
     return f"mean of {n} {unit}, {mark}: {plots.BAND}" if n > 1 else f"1 {unit.removesuffix('s')}"
+
+
+SWEEP_TITLES = {"imdb": "IMDB", "math": "math word problems (GSM8K in the paper)"}
+"""Task -> how the title and caption of its Fig. 2(c) name it."""
+
+
+def pareto_drawn(task: str, sweep: Sweep, last_n: int) -> Drawn:
+    """Fig. 2(c) of one task's sweep: final task reward against -KL, one point per eta."""
+    n = len(sweep.seeds)
+    etas = ", ".join(f"{e:g}" for e in sorted(sweep.runs["ppo"]))
+    return Drawn(plots.pareto_figure(
+        pareto_frontiers(sweep, last_n),
+        f"Fig. 2(c) (reproduced): PPO vs CORY over the KL coefficient η, {SWEEP_TITLES[task]}\n"
+        f"final values ({_over_seeds(n, 'error bars')})", f"{TASK_REWARD[task]} after training, higher is better"),
+        f"{SWEEP_TITLES[task][0].upper()}{SWEEP_TITLES[task][1:]}: final task reward against -KL, one point per fixed "
+        f"KL coefficient η = ppo.init_kl_coef in {{{etas}}} (group `{sweep.group}`), labelled with its η. "
+        + (f"Points: the mean of {n} seeds; error bars: {plots.BAND}." if n > 1 else "One seed: no error bars."))
 
 
 def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
@@ -146,14 +165,8 @@ def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
                             ("entropy", "(c) policy entropy", "entropy per token (nats)")], k),
         f"Training stability and diversity, IMDB ({spread})"),
         f"IMDB: distinct-1 and distinct-2 of each batch's responses, and the policy's per-token entropy. {bands}")
-    etas = ", ".join(f"{e:g}" for e in sorted(inputs.pareto["ppo"]))
-    figures["fig2c_pareto"] = Drawn(plots.pareto_figure(
-        pareto_frontiers(inputs.pareto, cfg.last_n),
-        "Fig. 2(c) (reproduced): PPO vs CORY over the KL coefficient η\n"
-        f"final values ({_over_seeds(n, 'error bars')})"),
-        f"Final task reward against -KL, one point per fixed KL coefficient η = ppo.init_kl_coef in {{{etas}}}, "
-        "labelled with its η. " + (f"Points: the mean of {n} seeds; error bars: {plots.BAND}." if n > 1
-                                     else "One seed: no error bars."))
+    for task, sweep in inputs.sweeps.items():
+        figures[f"fig2c_{SWEEP_TASKS[task]}"] = pareto_drawn(task, sweep, cfg.last_n)
     passk = []
     for model, label in (("base", "base"), ("ppo", "PPO"), ("cory_llm1", "CORY-LLM1"), ("cory_llm2", "CORY-LLM2")):
         ks = sorted(inputs.passk[model]["mean"], key=int)
@@ -252,10 +265,17 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     lines += _table(["setting", "value"], [[k, json.dumps(configs[next(iter(configs))][k])] for k in shared])
     lines += ["", "Different between runs:", ""]
     lines += _table(["setting", *configs], [[k, *(json.dumps(c.get(k)) for c in configs.values())] for k in varying])
-    etas = sorted(inputs.pareto["ppo"])
-    adaptive = _flatten(inputs.pareto["ppo"][etas[0]].config).get("ppo.adaptive_kl")
-    lines += ["", f"The Pareto sweep (group `{PARETO_GROUP}`) repeats PPO and CORY at η = ppo.init_kl_coef in "
-              f"{{{', '.join(f'{e:g}' for e in etas)}}} (ppo.adaptive_kl = {json.dumps(adaptive)}).", ""]
+    lines += [""]
+    for task in SWEEP_TASKS:
+        sweep = inputs.sweeps.get(task)
+        if sweep is None:
+            lines += [f"No Pareto sweep of task `{task}`: no experiment group has task {task} and a sweep_eta.", ""]
+            continue
+        etas = sorted(sweep.runs["ppo"])
+        adaptive = _flatten(sweep.runs["ppo"][etas[0]].config).get("ppo.adaptive_kl")
+        lines += [f"The Pareto sweep of task `{task}` (group `{sweep.group}`, seeds {_seed_list(sweep.seeds)}) repeats "
+                  f"PPO and CORY at η = ppo.init_kl_coef in {{{', '.join(f'{e:g}' for e in etas)}}} "
+                  f"(ppo.adaptive_kl = {json.dumps(adaptive)}).", ""]
     lines += ["### Time", "", "Stage wall time (outputs/<profile>/metrics/timing/; the report stage not included):", ""]
     timings = [t for t in inputs.timings if t.get("stage") != "report"]
     if timings:
@@ -269,7 +289,8 @@ def setup_markdown(inputs: Inputs) -> list[str]:
         lines += ["(no stage timing files were found)"]
     lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
               "runtime.workers of them at once on one GPU):", ""]
-    every_run = [run for group in (*inputs.runs.values(), *inputs.pareto.values()) for run in group.values()]
+    swept = [by_eta for sweep in inputs.sweeps.values() for by_eta in sweep.runs.values()]
+    every_run = [run for group in (*inputs.runs.values(), *swept) for run in group.values()]
     rows = [[run.name, mean_std(list(run.wall_time_s.values()))[0], mean_std(list(run.peak_gpu_memory_gib.values()))[0]]
             for run in every_run]
     return lines + _table(["run", "seconds", "peak GPU memory (GiB)"], rows) + [""]
@@ -316,10 +337,15 @@ def verdict_line(claim: Claim) -> str:
     return f"- **Verdict: {claim.verdict}** ({'; '.join(parts)})"
 
 
+def figure_link(claim: Claim) -> str:
+    """A markdown link to the claim's figure; "none" for a claim with nothing to draw (a sweep params lack)."""
+    return f"[{claim.figure}]({claim.figure})" if claim.figure else "none"
+
+
 def claim_markdown(number: int, claim: Claim) -> list[str]:
     """The paper's statement, the rule, the verdict and every quantity (mean +/- std over the measured seeds, and
     per seed)."""
-    lines = [f"### {number}. {claim.paper}", "", f"Figure: [{claim.figure}]({claim.figure})", "",
+    lines = [f"### {number}. {claim.paper}", "", f"Figure: {figure_link(claim)}", "",
              f"- **Rule:** {claim.rule}", verdict_line(claim), ""]
     measured = set(claim.measured_seeds)
     rows = []
@@ -351,7 +377,7 @@ def report_markdown(
         "[samples.md](samples.md).",
         "", "## Verdicts", "", VERDICT_RULE, "",
         *_table(["#", "claim (paper)", "figure", "verdict"],
-                [[i, c.paper, f"[{c.figure}]({c.figure})", f"**{c.verdict}**"] for i, c in enumerate(claims, 1)]),
+                [[i, c.paper, figure_link(c), f"**{c.verdict}**"] for i, c in enumerate(claims, 1)]),
         "", *setup_markdown(inputs), *deviations_markdown(cfg), "## Claims", "",
     ]
     for i, claim in enumerate(claims, 1):
@@ -403,11 +429,13 @@ def samples_markdown(inputs: Inputs, cfg: ReportConfig) -> str:
 
 
 def write_report(
-    outputs: Path, reports: Path, cfg: ReportConfig, seeds: list[int] | None, profile: str
+    outputs: Path, reports: Path, cfg: ReportConfig, experiments: dict[str, ExperimentConfig],
+    seeds: list[int] | None, profile: str,
 ) -> list[Claim]:
-    """Read outputs/<profile>/ and write reports/<profile>/: the figures, REPORT.md, samples.md, METRICS.md and
+    """Read outputs/<profile>/ (the groups and seeds that `experiments` and `seeds` of params name,
+    cory.results.load_inputs) and write reports/<profile>/: the figures, REPORT.md, samples.md, METRICS.md and
     claims.json (each claim's verdict and mean quantities, for `dvc metrics`/diffs)."""
-    inputs = load_inputs(outputs, seeds)
+    inputs = load_inputs(outputs, experiments, seeds)
     claims = build_claims(inputs, cfg)  # every quantity is computed (and every missing column found) before drawing
     reports.mkdir(parents=True, exist_ok=True)
     figures = draw_figures(inputs, cfg)

@@ -3,14 +3,15 @@
 The train stage writes outputs/<profile>/runs/<group>/<run>/seed<k>/{history.csv, summary.json, config.json,
 samples.jsonl} (cory.experiments); evaluate writes eval/passk.json; the model stages write metrics/ and samples/.
 `load_inputs` reads all of it up front, so a missing group, run, seed or file is one clear error naming the path,
-before any statistic is computed or figure drawn.
+before any statistic is computed or figure drawn. Which groups to read comes from params: the groups of
+EXPECTED_RUNS, and each task's KL-coefficient sweep (the group with a `sweep_eta`, SWEEP_TASKS), on the seeds each
+group ran.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from cory.config import ConfigError
+from cory.experiments import ExperimentConfig, eta_name
 
 EXPECTED_RUNS = {
     "imdb": ("ppo", "ppo_2x", "cory", "cory_no_kt", "cory_no_rex", "cory_competitive"),
@@ -26,38 +28,68 @@ EXPECTED_RUNS = {
 }
 """Experiment group -> the runs the report's figures and claims read (run folders under outputs/<profile>/runs/
 <group>/). A run named ppo* is single-agent PPO, any other CORY. `check_report_inputs` checks them against params."""
-PARETO_GROUP = "pareto"
-"""Group of the KL-coefficient sweep: runs ppo_eta<e> and cory_eta<e> (Fig. 2c), from its runs ppo and cory."""
+SWEEP_RUNS = ("ppo", "cory")
+"""The runs of a KL-coefficient sweep (a group with sweep_eta): folders ppo_eta<e> and cory_eta<e> (Fig. 2c)."""
+SWEEP_TASKS = {"imdb": "pareto", "math": "pareto_math"}
+"""Task -> the name of its Fig. 2(c) frontier in the report: figure fig2c_<name>.png, claim `<name>`, DVC tables
+curves/<name>_front/. The paper's Fig. 2(c) is GSM8K (math); the IMDB frontier is this reproduction's addition. A
+task without a sweep group in params gets no figure and a claim that is not measurable."""
 PASSK_MODELS = ("base", "ppo", "cory_llm1", "cory_llm2")
 """Models of eval/passk.json drawn in Fig. 5 (params evaluation.models)."""
 
 
-def check_report_inputs(jobs: dict[str, list], models: dict[str, str]) -> None:
+def sweep_groups(experiments: dict[str, ExperimentConfig]) -> dict[str, str]:
+    """Task -> the experiment group that sweeps its KL coefficient (the group with a sweep_eta); at most one a task,
+    since the report draws one frontier per task."""
+    sweeps: dict[str, str] = {}
+    for group, exp in experiments.items():
+        if not exp.sweep_eta:
+            continue
+        if exp.task in sweeps:
+            raise ConfigError(f"experiments.{group}.sweep_eta: experiments.{sweeps[exp.task]} sweeps task "
+                              f"{exp.task!r} already; the report draws one Fig. 2c frontier per task")
+        sweeps[exp.task] = group
+    return sweeps
+
+
+def _check_algorithms(group: str, algorithms: dict[str, str], names: tuple[str, ...], why: str) -> None:
+    """Each of `names` is a run of the group (`algorithms`: run name -> "ppo" or "cory"), single-agent PPO if named
+    ppo*, else CORY."""
+    for name in names:
+        where = f"experiments.{group}.runs.{name}"
+        if name not in algorithms:
+            raise ConfigError(f"{where}: missing; {why}")
+        expected = "ppo" if name.split("_")[0] == "ppo" else "cory"
+        if algorithms[name] != expected:
+            raise ConfigError(f"{where}: the report reads it as a {expected.upper()} run, but it trains "
+                              f"{'one agent' if expected == 'cory' else 'two agents'} (train.cory.n_agents)")
+
+
+def check_report_inputs(jobs: dict[str, list], models: dict[str, str],
+                        experiments: dict[str, ExperimentConfig]) -> None:
     """The runs and models the report reads are what params train and evaluate: each expected run in its group
-    with its algorithm, the sweep group with both algorithms, each Fig. 5 model in evaluation.models. Called by
-    pipeline.params.validate, so a renamed run stops `dvc repro` before training rather than in the report.
+    with its algorithm, each task's sweep group (if any) with runs ppo and cory, each Fig. 5 model in
+    evaluation.models. Called by pipeline.params.validate, so a renamed run stops `dvc repro` before training rather
+    than in the report.
 
     `jobs` is group -> its resolved cory.experiments.Job list. Params without any of the report's groups (a side
     experiment such as scripts/variants.py writes) are not checked: no report is made of them."""
-    if not any(group in jobs for group in (*EXPECTED_RUNS, PARETO_GROUP)):
+    if not any(group in jobs for group in EXPECTED_RUNS):
         return
     for group, names in EXPECTED_RUNS.items():
         if group not in jobs:
             raise ConfigError(f"experiments.{group}: missing; the report reads its runs {', '.join(names)} "
                               "(cory/results.py EXPECTED_RUNS)")
-        algorithms = {job.run: job.algorithm for job in jobs[group]}
-        for name in names:
-            where = f"experiments.{group}.runs.{name}"
-            if name not in algorithms:
-                raise ConfigError(f"{where}: missing; the report reads this run (cory/results.py EXPECTED_RUNS)")
-            expected = "ppo" if name.split("_")[0] == "ppo" else "cory"
-            if algorithms[name] != expected:
-                raise ConfigError(f"{where}: the report reads it as a {expected.upper()} run, but it trains "
-                                  f"{'one agent' if expected == 'cory' else 'two agents'} (train.cory.n_agents)")
-    sweep = {job.run.rsplit("_eta", 1)[0] for job in jobs.get(PARETO_GROUP, ()) if "_eta" in job.run}
-    if sweep != {"ppo", "cory"}:
-        raise ConfigError(f"experiments.{PARETO_GROUP}: the report's Fig. 2c needs this group with runs ppo and cory "
-                          f"and a sweep_eta, got sweep runs {sorted(sweep) or 'none'}")
+        _check_algorithms(group, {job.run: job.algorithm for job in jobs[group]}, names,
+                          "the report reads this run (cory/results.py EXPECTED_RUNS)")
+    for task, group in sweep_groups(experiments).items():
+        if task not in SWEEP_TASKS:
+            raise ConfigError(f"experiments.{group}.task: the report draws Fig. 2c for the tasks "
+                              f"{', '.join(SWEEP_TASKS)} only (cory/results.py SWEEP_TASKS), not {task!r}")
+        # a sweep's run folders are <run>_eta<e>: the algorithm of each run of the group's `runs`
+        swept = {job.run.rsplit("_eta", 1)[0]: job.algorithm for job in jobs[group]}
+        _check_algorithms(group, swept, SWEEP_RUNS, f"the report's Fig. 2c of task {task!r} reads the sweep's runs "
+                          f"{' and '.join(SWEEP_RUNS)} (cory/results.py SWEEP_RUNS)")
     missing = [m for m in PASSK_MODELS if m not in models]
     if missing:
         raise ConfigError(f"evaluation.models: needs {', '.join(missing)} (Fig. 5 draws {', '.join(PASSK_MODELS)})")
@@ -125,13 +157,28 @@ def _group_dir(runs_dir: Path, group: str) -> Path:
 
 
 @dataclass
+class Sweep:
+    """One task's KL-coefficient sweep (Fig. 2c): PPO and CORY at each fixed eta of its group's sweep_eta."""
+
+    group: str
+    """The experiment group that ran it (runs/<group>/)."""
+    runs: dict[str, dict[float, Run]]
+    """"ppo" / "cory" -> eta -> Run (folders ppo_eta<e>, cory_eta<e>)."""
+
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds every run of the sweep has."""
+        return sorted(set.intersection(*(set(run.seeds) for by_eta in self.runs.values() for run in by_eta.values())))
+
+
+@dataclass
 class Inputs:
     """Everything the report reads, loaded and checked up front."""
 
     runs: dict[str, dict[str, Run]]
     """group -> run name -> Run (the EXPECTED_RUNS)."""
-    pareto: dict[str, dict[float, Run]]
-    """"ppo" / "cory" -> eta -> Run."""
+    sweeps: dict[str, Sweep]
+    """task -> its KL-coefficient sweep, for the tasks of SWEEP_TASKS that params sweep (Fig. 2c)."""
     passk: dict
     base_models: dict[str, dict]
     reward_model: dict
@@ -151,22 +198,27 @@ def _json_folder(path: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}
 
 
-def load_inputs(outputs: Path, seeds: list[int] | None = None) -> Inputs:
-    """Read outputs/<profile>/ (see the module docstring); `seeds` None takes every seed folder of each run."""
+def load_inputs(outputs: Path, experiments: dict[str, ExperimentConfig], seeds: list[int] | None = None) -> Inputs:
+    """Read outputs/<profile>/ (see the module docstring). `experiments` (params) say which groups sweep a task's KL
+    coefficient and which seeds a group with its own `seeds` ran; `seeds` (the top-level seeds) are every other
+    group's, None taking every seed folder of each run."""
     runs_dir = outputs / "runs"
+
+    def seeds_of(group: str) -> list[int] | None:  # validation made a group's own seeds a subset of `seeds`
+        exp = experiments.get(group)
+        return exp.seeds if exp is not None and exp.seeds is not None else seeds
+
     runs = {}
     for group, names in EXPECTED_RUNS.items():
         folder = _group_dir(runs_dir, group)
-        runs[group] = {name: load_run(folder / name, seeds) for name in names}
-    pareto: dict[str, dict[float, Run]] = {"ppo": {}, "cory": {}}
-    folder = _group_dir(runs_dir, PARETO_GROUP)
-    for path in sorted(folder.iterdir()):
-        match = re.fullmatch(r"(ppo|cory)_eta(.+)", path.name)
-        if match and path.is_dir():
-            pareto[match[1]][float(match[2])] = load_run(path, seeds)
-    for algorithm, points in pareto.items():
-        if not points:
-            raise FileNotFoundError(f"{folder}: no {algorithm}_eta<e>/ run folders (the sweep of Fig. 2c)")
+        runs[group] = {name: load_run(folder / name, seeds_of(group)) for name in names}
+    sweeps = {}
+    for task, group in sweep_groups(experiments).items():
+        if task not in SWEEP_TASKS:
+            continue  # no figure or claim reads it (pipeline.params rejects such params)
+        folder = _group_dir(runs_dir, group)
+        sweeps[task] = Sweep(group, {name: {eta: load_run(folder / f"{name}_{eta_name(eta)}", seeds_of(group))
+                                            for eta in experiments[group].sweep_eta} for name in SWEEP_RUNS})
     passk = _read_json(outputs / "eval" / "passk.json")
     missing = [m for m in PASSK_MODELS if m not in passk]
     if missing:
@@ -175,7 +227,7 @@ def load_inputs(outputs: Path, seeds: list[int] | None = None) -> Inputs:
     timings = list(_json_folder(timing_dir).values()) if timing_dir.is_dir() else []
     return Inputs(
         runs=runs,
-        pareto=pareto,
+        sweeps=sweeps,
         passk=passk,
         base_models=_json_folder(outputs / "metrics" / "base_models"),
         reward_model=_read_json(outputs / "metrics" / "reward_model.json"),

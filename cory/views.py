@@ -8,8 +8,11 @@ dvc.yaml), so `dvc metrics show|diff` and `dvc plots show|diff` work in a fresh 
                                  model's held-out accuracy; each base model's validation perplexity; each stage's
                                  wall time in seconds
     curves/<group>.csv           one row per iteration; a column <run>/<who>/<metric> for each run, model (llm1, llm2,
-                                 and for CORY runs the roles pioneer, observer) and metric
-    curves/pareto_front/<series>.csv   Fig. 2(c): one row per KL coefficient eta, the series' final task reward and KL
+                                 and for CORY runs the roles pioneer, observer) and metric; a sweep group's runs are
+                                 <run>_eta<e>
+    curves/<name>_front/<series>.csv   Fig. 2(c) of each swept task (<name>: pareto for IMDB, pareto_math for math,
+                                 cory.results.SWEEP_TASKS): one row per KL coefficient eta, the series' final task
+                                 reward and KL
     curves/passk.csv             Fig. 5: one row per k, a column per evaluated model
 
 Every value is the mean over seeds; a *final* value is the mean over a run's last `report.last_n` iterations, as in
@@ -28,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from cory.claims import final_value
-from cory.results import Inputs, Run
+from cory.results import SWEEP_TASKS, Inputs, Run, Sweep
 
 CURVE_METRICS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2", "entropy", "response_length")
 """Per-model curves of each run in curves/<group>.csv (those its history.csv has)."""
@@ -79,15 +82,15 @@ def curves_table(runs: dict[str, Run]) -> pd.DataFrame:
     return table
 
 
-def pareto_runs(inputs: Inputs) -> dict[str, Run]:
-    """The sweep's runs by folder name (ppo_eta0.01, ...)."""
-    return {run.name.split("/")[-1]: run for sweep in inputs.pareto.values() for run in sweep.values()}
+def sweep_runs(sweep: Sweep) -> dict[str, Run]:
+    """A sweep's runs by folder name (ppo_eta0.01, ...)."""
+    return {run.name.split("/")[-1]: run for by_eta in sweep.runs.values() for run in by_eta.values()}
 
 
-def pareto_front(inputs: Inputs, algorithm: str, who: str, last_n: int) -> pd.DataFrame:
-    """One row per eta: the final task reward and KL of one series of Fig. 2(c)."""
+def pareto_front(sweep: Sweep, algorithm: str, who: str, last_n: int) -> pd.DataFrame:
+    """One row per eta: the final task reward and KL of one series of a task's Fig. 2(c)."""
     rows = [{"eta": eta, "kl": final(run, f"{who}/kl", last_n), "task_reward": final(run, f"{who}/task_reward", last_n)}
-            for eta, run in sorted(inputs.pareto[algorithm].items())]
+            for eta, run in sorted(sweep.runs[algorithm].items())]
     return pd.DataFrame(rows, columns=["eta", "kl", "task_reward"])
 
 
@@ -127,9 +130,10 @@ def write_views(inputs: Inputs, metrics_dir: Path, last_n: int) -> list[Path]:
     """Write headline.json and curves/ under metrics_dir (everything computed first, so a failure writes nothing);
     curve files of runs no longer in the inputs are removed. Returns the paths written."""
     tables = {f"{group}.csv": curves_table(runs) for group, runs in inputs.runs.items()}
-    tables["pareto.csv"] = curves_table(pareto_runs(inputs))
-    tables.update({f"pareto_front/{label}.csv": pareto_front(inputs, algorithm, who, last_n)
-                   for label, (algorithm, who) in PARETO_SERIES.items()})
+    for task, sweep in inputs.sweeps.items():
+        tables[f"{sweep.group}.csv"] = curves_table(sweep_runs(sweep))
+        tables.update({f"{SWEEP_TASKS[task]}_front/{label}.csv": pareto_front(sweep, algorithm, who, last_n)
+                       for label, (algorithm, who) in PARETO_SERIES.items()})
     tables["passk.csv"] = passk_table(inputs.passk)
     summary = headline(inputs, last_n)
     curves = metrics_dir / "curves"

@@ -362,6 +362,10 @@ def check_evaluation(tree: Params, jobs: dict[str, list]) -> None:
         check(tree.experiments[group].save_models, where, f"experiments.{group}.save_models is false: no weights")
         check(agent <= runs[run].train.cory.n_agents, where, f"run {group}/{run} trains {runs[run].train.cory.n_agents} "
               f"agent(s), so it has no llm{agent}")
+        trained = tree.experiments[group].seeds_of(tree.seeds)
+        check(set(trained) == set(tree.seeds), where,
+              f"pass@k evaluates every seed of `seeds` {tree.seeds}, but group {group!r} trains {trained} only "
+              f"(experiments.{group}.seeds)")
         task = tree.experiments[group].task
         check(task == EVAL_TASK, where, f"group {group!r} trains task {task!r}; pass@k asks the {EVAL_TASK} task's "
               "test problems in its prompt")
@@ -383,7 +387,7 @@ def validate(params: dict) -> Params:
     check_tasks(tree)
     jobs = check_experiments(tree, raw)
     check_evaluation(tree, jobs)
-    check_report_inputs(jobs, tree.evaluation.models)
+    check_report_inputs(jobs, tree.evaluation.models, tree.experiments)
     return tree
 
 

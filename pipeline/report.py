@@ -2,9 +2,9 @@
 
     python -m pipeline.report
 
-Reads params `report` (cory.settings.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile` and
-`seeds`, and every run of outputs/<profile>/runs/, eval/passk.json and metrics/; writes reports/<profile>/ (see
-cory.report.write_report) and DVC's views of the results, outputs/<profile>/metrics/headline.json and
+Reads params `report` (cory.settings.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile`,
+`seeds` and `experiments` (which group sweeps each task's KL coefficient, and a group's own seeds), and every run
+of outputs/<profile>/runs/, eval/passk.json and metrics/; writes reports/<profile>/ (see cory.report.write_report) and DVC's views of the results, outputs/<profile>/metrics/headline.json and
 metrics/curves/ (cory.views). A missing run folder, seed folder or input file stops the stage with one line naming
 it, before any figure is drawn.
 First it logs to MLflow every run that DVC restored from its cache instead of running it (cory.tracking.sync_runs):
@@ -15,6 +15,8 @@ with every run the report is made of nested under it.
 
 from __future__ import annotations
 
+from cory.config import from_dict
+from cory.experiments import ExperimentConfig
 from cory.report import ReportConfig, write_report
 from cory.results import load_inputs
 from cory.tracking import log_pipeline_run, sync_runs
@@ -29,13 +31,15 @@ def main() -> None:
     cfg = section(params, "report", ReportConfig)
     name = profile(params)
     with stage_timer(params, "report"):
-        tasks = {group: spec.get("task") for group, spec in (params.get("experiments") or {}).items()}
-        logged = sync_runs(out_dir(params, "runs"), name, tasks)
+        # which groups sweep a task's KL coefficient (Fig. 2c), and the seeds of groups that run fewer
+        experiments = {group: from_dict(ExperimentConfig, spec, f"experiments.{group}")
+                       for group, spec in (params.get("experiments") or {}).items()}
+        logged = sync_runs(out_dir(params, "runs"), name, {group: exp.task for group, exp in experiments.items()})
         if logged:
             print(f"report: {len(logged)} run(s) restored by DVC now listed in MLflow")
-        claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, seeds(params), name)
+        claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, experiments, seeds(params), name)
         # DVC's views (cory.views): headline.json (`dvc metrics`) and the curve tables (`dvc plots`), git-tracked
-        write_views(load_inputs(out_dir(params), seeds(params)), out_dir(params, "metrics"), cfg.last_n)
+        write_views(load_inputs(out_dir(params), experiments, seeds(params)), out_dir(params, "metrics"), cfg.last_n)
         log_pipeline_run(name, out_dir(params, "runs"), out_dir(params, "eval", "passk.json"), ROOT / "reports" / name)
     for claim in claims:
         print(f"report: {claim.verdict:>14}  {claim.paper}")

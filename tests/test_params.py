@@ -346,7 +346,7 @@ def test_every_run_gets_its_templates_from_its_task_and_its_seed_from_seeds(defa
         task = tree.tasks[exp.task]
         jobs = expand_jobs(group, exp, task, default["train"], tree.seeds, ROOT / "runs")
         assert {(job.train.seed, job.train.prompt_template, job.train.cory.observer_template) for job in jobs} == {
-            (seed, task.prompt_template, task.observer_template) for seed in tree.seeds}
+            (seed, task.prompt_template, task.observer_template) for seed in exp.seeds_of(tree.seeds)}
 
 
 @pytest.mark.parametrize(
@@ -376,11 +376,75 @@ def test_evaluated_model_folders_are_checked_against_the_runs_params_define(defa
          r"^experiments\.imdb\.runs\.ppo_2x: the report reads it as a PPO run, but it trains two agents"),
         (lambda p: p["experiments"].pop("math") and p["evaluation"]["models"].update(
             ppo="models/math", cory_llm1="models/math", cory_llm2="models/math"), r"^experiments\.math: missing"),
-        (lambda p: p["experiments"]["pareto"].update(sweep_eta=[]), r"^experiments\.pareto: the report's Fig\. 2c"),
+        (lambda p: p["experiments"]["pareto_math"]["runs"].pop("cory"),
+         r"^experiments\.pareto_math\.runs\.cory: missing; the report's Fig\. 2c of task 'math' reads the sweep's"),
+        (lambda p: p["experiments"]["pareto"]["runs"]["ppo"].update(train={}),
+         r"^experiments\.pareto\.runs\.ppo: the report reads it as a PPO run, but it trains two agents"),
+        (lambda p: p["experiments"]["pareto"].update(task="math"),
+         r"^experiments\.pareto_math\.sweep_eta: experiments\.pareto sweeps task 'math' already"),
         (lambda p: p["evaluation"]["models"].pop("cory_llm2"), r"^evaluation\.models: needs cory_llm2"),
     ],
 )
 def test_the_runs_the_report_reads_are_checked_against_params(default, edit, message):
+    params = copy.deepcopy(default)
+    edit(params)
+    with pytest.raises(ConfigError, match=message):
+        validate(params)
+
+
+@pytest.mark.parametrize("dropped", [("pareto_math",), ("pareto", "pareto_math")])
+def test_params_without_a_tasks_sweep_are_valid(default, dropped):
+    """The report then says its frontier claim is not measurable (tests/test_report.py)."""
+    params = copy.deepcopy(default)
+    for group in dropped:
+        params["experiments"].pop(group)
+    validate(params)
+    params["experiments"]["math"]["sweep_eta"] = [0.1]  # sweep_eta makes a group its task's sweep, whatever its name
+    params["experiments"]["math"]["train"]["ppo"].pop("init_kl_coef")
+    params["evaluation"]["models"] = {"base": "models/math", "ppo": "models/math", "cory_llm1": "models/math",
+                                      "cory_llm2": "models/math"}
+    with pytest.raises(ConfigError, match=r"^experiments\.math\.runs\.ppo: missing"):  # math/ppo is now ppo_eta0.1
+        validate(params)
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "paper"])
+def test_the_math_sweep_trains_as_the_math_group_does_at_a_fixed_eta(name):
+    """profiles write experiments.pareto_math.train out in full (a YAML alias would put anchors in params.yaml):
+    it must stay the math group's train block, less the KL coefficient its sweep_eta sets, with adaptive_kl off."""
+    experiments = render(name)["experiments"]
+    expected = copy.deepcopy(experiments["math"]["train"])
+    expected["ppo"].pop("init_kl_coef", None)
+    expected["ppo"]["adaptive_kl"] = False
+    assert experiments["pareto_math"]["train"] == expected
+    assert experiments["pareto_math"]["task"] == "math" and experiments["pareto_math"]["save_models"] is False
+    assert set(experiments["pareto_math"]["runs"]) == {"ppo", "cory"}
+
+
+def test_the_default_math_sweep_runs_two_seeds_at_three_etas(default):
+    tree = validate(default)
+    sweep = tree.experiments["pareto_math"]
+    assert sweep.seeds == [0, 1] and sweep.sweep_eta == [0.01, 0.1, 0.3] and tree.seeds == [0, 1, 2]
+    for group in ("math", "pareto_math"):  # 32 x 4 accumulated: 12 math runs at once fit one H100
+        ppo = default["experiments"][group]["train"]["ppo"]
+        assert (ppo["mini_batch_size"], ppo["gradient_accumulation_steps"], ppo["forward_batch_size"]) == (32, 4, 32)
+    assert validate(render("paper")).experiments["pareto_math"].seeds is None  # the paper profile: every seed
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p["experiments"]["pareto_math"].update(seeds=[0, 5]),
+         r"^experiments\.pareto_math\.seeds: must be a subset of the top-level seeds \[0, 1, 2\]; \[5\] are not"),
+        (lambda p: p["experiments"]["pareto_math"].update(seeds=[]), r"^experiments\.pareto_math\.seeds: must name"),
+        (lambda p: p.update(seeds=[0]),
+         r"^experiments\.pareto_math\.seeds: must be a subset of the top-level seeds \[0\]"),
+        # pass@k evaluates each top-level seed's models: a group that trains fewer cannot be evaluated
+        (lambda p: p["experiments"]["math"].update(seeds=[0, 1]),
+         r"^evaluation\.models\.ppo: pass@k evaluates every seed of `seeds` \[0, 1, 2\], but group 'math' trains "
+         r"\[0, 1\] only \(experiments\.math\.seeds\)"),
+    ],
+)
+def test_a_groups_seeds_are_checked_against_the_top_level_seeds(default, edit, message):
     params = copy.deepcopy(default)
     edit(params)
     with pytest.raises(ConfigError, match=message):

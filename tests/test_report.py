@@ -1,6 +1,7 @@
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -24,12 +25,13 @@ from cory.claims import (
     verdict,
 )
 from cory.config import ConfigError, from_dict
+from cory.experiments import ExperimentConfig
 from cory.metrics import MetricsWriter, glossary_markdown
 from cory.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, write_report
 from cory.results import Run, load_inputs
 
-FIGURES = ("fig2c_pareto", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations", "fig_coop_vs_comp",
-           "fig_diversity")
+FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
+           "fig_coop_vs_comp", "fig_diversity")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -79,9 +81,45 @@ def _write_run(run_dir, identities, iterations, seed, coef=1.0, swap_every=None,
     (run_dir / "config.json").write_text(json.dumps(config))
 
 
-def write_fixture(outputs, seeds=(0, 1, 2), iterations=30, cory_kl=5.0, skip=()):
+SWEEP_ETAS = (0.01, 0.1, 0.3)
+
+
+def fixture_experiments(seeds=(0, 1, 2), sweeps=("imdb", "math"), math_sweep_seeds=None) -> dict:
+    """The `experiments` params of the fixture tree (as params.yaml writes them): the report's groups, and a
+    KL-coefficient sweep of each task in `sweeps`; the math sweep runs the first two seeds only (a group's own
+    `seeds`), unless `math_sweep_seeds` says otherwise."""
+    runs = {"ppo": {"train": {"cory": {"n_agents": 1}}}, "cory": {}}
+    experiments = {"imdb": {"task": "imdb", "runs": {name: {} for name in ("ppo", "ppo_2x", "cory", "cory_no_kt",
+                                                                         "cory_no_rex", "cory_competitive")}},
+                   "math": {"task": "math", "runs": runs}}
+    if "imdb" in sweeps:
+        experiments["pareto"] = {"task": "imdb", "sweep_eta": list(SWEEP_ETAS), "runs": runs}
+    if "math" in sweeps:
+        experiments["pareto_math"] = {"task": "math", "sweep_eta": list(SWEEP_ETAS), "runs": runs,
+                                      "seeds": list(math_sweep_seeds or seeds[:2])}
+    return experiments
+
+
+def experiments_of(raw: dict) -> dict[str, ExperimentConfig]:
+    return {group: from_dict(ExperimentConfig, spec, f"experiments.{group}") for group, spec in raw.items()}
+
+
+def fixture_seeds(outputs) -> tuple[int, ...]:
+    """The seeds a fixture tree was written with (those of runs/imdb/ppo/)."""
+    return tuple(sorted(int(p.name[4:]) for p in (outputs / "runs" / "imdb" / "ppo").glob("seed*")))
+
+
+def load_fixture(outputs, seeds=None, **options):
+    """load_inputs on a fixture tree with its params (`options`: fixture_experiments')."""
+    raw = fixture_experiments(**{"seeds": fixture_seeds(outputs), **options})
+    return load_inputs(outputs, experiments_of(raw), seeds)
+
+
+def write_fixture(outputs, seeds=(0, 1, 2), iterations=30, cory_kl=5.0, skip=(), math_cory_gain=0.1):
     """Fake run tree: `cory_kl` (a number, or {seed: number}) is the level CORY's KL saturates at on IMDB, PPO's
-    final KL is ~14.7; folders named in `skip` ("math", "imdb/cory", ...) are left out."""
+    final KL is ~14.7; `math_cory_gain` is how much higher CORY's final task reward is than PPO's at each eta of
+    the math sweep (run on the first two seeds only); folders named in `skip` ("math", "imdb/cory", ...) are left
+    out."""
     t = np.arange(iterations, dtype=float)
     for seed in seeds:
         s = 1 + 0.02 * seed  # seeds differ a little, so the std is not zero
@@ -108,6 +146,12 @@ def write_fixture(outputs, seeds=(0, 1, 2), iterations=30, cory_kl=5.0, skip=())
             runs[f"pareto/ppo_eta{eta:g}"] = ({"llm1": worse}, {"eta": eta})
             good = (_rise(t, (2.2 - 2 * eta) * s, 5), _rise(t, (5 - 10 * eta) * s, 5))
             runs[f"pareto/cory_eta{eta:g}"] = ({"llm1": good, "llm2": good}, {"eta": eta, "swap_every": 5})
+            if seed in seeds[:2]:  # the math sweep: share correct, PPO's KL above CORY's
+                ppo_math = (_rise(t, (0.5 - eta) * s, 5), _rise(t, (3 - 5 * eta) * s, 5))
+                runs[f"pareto_math/ppo_eta{eta:g}"] = ({"llm1": ppo_math}, {"eta": eta})
+                cory_math = (_rise(t, (0.5 + math_cory_gain - eta) * s, 5), _rise(t, (2 - 4 * eta) * s, 5))
+                runs[f"pareto_math/cory_eta{eta:g}"] = ({"llm1": cory_math, "llm2": cory_math},
+                                                        {"eta": eta, "swap_every": 5})
         for name, (identities, options) in runs.items():
             if name in skip or name.split("/")[0] in skip:
                 continue
@@ -136,9 +180,10 @@ def write(path, obj):
     path.write_text(json.dumps(obj))
 
 
-def claims_by_key(outputs, seeds=None, **cfg):
-    """The claims computed from a fixture tree, without drawing (figures are checked in two tests only: slow)."""
-    return {c.key: c for c in build_claims(load_inputs(outputs, seeds), ReportConfig(**cfg))}
+def claims_by_key(outputs, seeds=None, experiments=None, **cfg):
+    """The claims computed from a fixture tree, without drawing (figures are checked in two tests only: slow);
+    `experiments`: fixture_experiments' options."""
+    return {c.key: c for c in build_claims(load_fixture(outputs, seeds, **(experiments or {})), ReportConfig(**cfg))}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -202,8 +247,10 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     outputs, reports = tmp_path / "outputs", tmp_path / "reports"
     write_fixture(outputs)
     cfg = ReportConfig(deviations={"ppo.batch_size": "128 | not 256: time"})
-    claims = {c.key: c for c in write_report(outputs, reports, cfg, None, "fixture")}
+    experiments = experiments_of(fixture_experiments())
+    claims = {c.key: c for c in write_report(outputs, reports, cfg, experiments, None, "fixture")}
     assert {key: c.verdict for key, c in claims.items() if c.verdict != HELD} == {}
+    assert claims["pareto"].seeds == [0, 1, 2] and claims["pareto_math"].seeds == [0, 1]  # the math sweep's own seeds
     kl = claims["imdb_kl_ratio"].means()
     assert 2.5 < kl["KL ratio PPO / CORY-LLM1"] < 3.5  # PPO final KL ~14.7 vs CORY ~4.97
     for name in FIGURES:
@@ -246,18 +293,31 @@ def test_missing_group_run_seed_or_file_is_one_clear_error(tmp_path):
     full = tmp_path / "full"
     write_fixture(full, seeds=(0,), iterations=4)
     with pytest.raises(FileNotFoundError, match=r"runs/imdb/ppo/seed1/history.csv: not found"):
-        load_inputs(full, seeds=[0, 1])
+        load_fixture(full, seeds=[0, 1])
+    # a sweep group's own seeds are read as params give them: seed 1 of the math sweep was never written
+    with pytest.raises(FileNotFoundError, match=r"runs/pareto_math/ppo_eta0.01/seed1/history.csv: not found"):
+        load_fixture(full, math_sweep_seeds=[0, 1])
     (full / "eval" / "passk.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"eval/passk.json: not found"):
-        load_inputs(full)
+        load_fixture(full)
     no_math = tmp_path / "no_math"
     write_fixture(no_math, seeds=(0,), iterations=4, skip=("math",))
     with pytest.raises(FileNotFoundError, match=r"runs/math: experiment group folder not found"):
-        load_inputs(no_math)
+        load_fixture(no_math)
     no_run = tmp_path / "no_run"
     write_fixture(no_run, seeds=(0,), iterations=4, skip=("imdb/cory_no_rex",))
     with pytest.raises(FileNotFoundError, match=r"runs/imdb/cory_no_rex: run folder not found"):
-        load_inputs(no_run)
+        load_fixture(no_run)
+    # every eta of a sweep's sweep_eta is read (a missing one is not silently left off the frontier)
+    no_eta = tmp_path / "no_eta"
+    write_fixture(no_eta, seeds=(0,), iterations=4, skip=("pareto_math/cory_eta0.1",))
+    with pytest.raises(FileNotFoundError, match=r"runs/pareto_math/cory_eta0.1: run folder not found"):
+        load_fixture(no_eta)
+    no_sweep = tmp_path / "no_sweep"
+    write_fixture(no_sweep, seeds=(0,), iterations=4, skip=("pareto_math",))
+    with pytest.raises(FileNotFoundError, match=r"runs/pareto_math: experiment group folder not found"):
+        load_fixture(no_sweep)
+    assert set(load_fixture(no_sweep, sweeps=("imdb",)).sweeps) == {"imdb"}  # params without it: not read
 
 
 def test_stage_main_on_a_one_seed_three_iteration_tree_writes_every_figure(tmp_path, monkeypatch):
@@ -267,7 +327,8 @@ def test_stage_main_on_a_one_seed_three_iteration_tree_writes_every_figure(tmp_p
     write_fixture(tmp_path / "outputs" / "fixture", seeds=(0,), iterations=3)
     monkeypatch.setattr(pipeline.common, "ROOT", tmp_path)
     monkeypatch.setattr(pipeline.report, "ROOT", tmp_path)
-    monkeypatch.setattr(pipeline.report, "load_params", lambda: {"profile": "fixture", "seeds": [0], "report": {}})
+    params = {"profile": "fixture", "seeds": [0], "report": {}, "experiments": fixture_experiments(seeds=(0,))}
+    monkeypatch.setattr(pipeline.report, "load_params", lambda: params)
     pipeline.report.main()
     reports = tmp_path / "reports" / "fixture"
     for name in FIGURES:
@@ -275,6 +336,37 @@ def test_stage_main_on_a_one_seed_three_iteration_tree_writes_every_figure(tmp_p
     assert "(1 seed)" in (reports / "REPORT.md").read_text()
     timing = json.loads((tmp_path / "outputs" / "fixture" / "metrics" / "timing" / "report.json").read_text())
     assert timing["stage"] == "report"
+
+
+def test_each_tasks_frontier_is_judged_on_its_own_sweep(tmp_path):
+    write_fixture(tmp_path, math_cory_gain=-0.2)  # on math, CORY's share correct is 0.2 below PPO's at every eta
+    claims = claims_by_key(tmp_path)
+    assert claims["pareto"].verdict == HELD and claims["pareto_math"].verdict == NOT_HELD
+    assert claims["pareto_math"].means() == {"share of PPO points dominated by CORY-LLM1": 0.0,
+                                             "share of PPO points dominated by CORY-LLM2": 0.0}
+    assert claims["pareto_math"].figure == "fig2c_pareto_math.png" and claims["pareto"].figure == "fig2c_pareto.png"
+    rule = claims["pareto_math"].rule
+    assert "the share of correct answers" in rule and "group `pareto_math`" in rule
+    assert "the sentiment logit" in claims["pareto"].rule
+
+
+@pytest.mark.parametrize("sweeps", [("imdb",), ()])
+def test_a_profile_without_a_sweep_still_gets_a_report_whose_frontier_claim_is_not_measurable(tmp_path, sweeps):
+    outputs, reports = tmp_path / "outputs", tmp_path / "reports"
+    write_fixture(outputs, seeds=(0, 1), iterations=6, skip=("pareto_math", "pareto"))
+    if "imdb" in sweeps:
+        write_fixture(tmp_path / "with_imdb", seeds=(0, 1), iterations=6)
+        shutil.copytree(tmp_path / "with_imdb" / "runs" / "pareto", outputs / "runs" / "pareto")
+    experiments = experiments_of(fixture_experiments(seeds=(0, 1), sweeps=sweeps))
+    claims = {c.key: c for c in write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")}
+    assert claims["pareto_math"].verdict == NOT_MEASURABLE and claims["pareto_math"].figure == ""
+    assert (claims["pareto"].verdict == NOT_MEASURABLE) == ("imdb" not in sweeps)
+    assert not (reports / "fig2c_pareto_math.png").exists()
+    assert (reports / "fig2c_pareto.png").exists() == ("imdb" in sweeps)
+    report = (reports / "REPORT.md").read_text()
+    assert "No Pareto sweep of task `math`: no experiment group has task math and a sweep_eta." in report
+    assert "Figure: none" in report and "(fig2c_pareto_math.png)" not in report
+    assert json.loads((reports / "claims.json").read_text())["pareto_math"] == {"verdict": NOT_MEASURABLE, "means": {}}
 
 
 def test_claim_without_common_seeds_is_not_measurable():
@@ -391,7 +483,7 @@ SPREAD = re.compile(r"(-?\d+(?:\.(\d+))?) ± (\d+(?:\.(\d+))?) \(\d seeds\)")
 def test_every_mean_std_in_the_report_has_sensible_digits(tmp_path):
     outputs, reports = tmp_path / "outputs", tmp_path / "reports"
     write_fixture(outputs)
-    write_report(outputs, reports, ReportConfig(), None, "fixture")
+    write_report(outputs, reports, ReportConfig(), experiments_of(fixture_experiments()), None, "fixture")
     report = (reports / "REPORT.md").read_text()
     spreads = SPREAD.findall(report)
     assert len(spreads) > 50

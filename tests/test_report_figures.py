@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.text import Text
-from test_report import run_of, write_fixture
+from test_report import load_fixture, run_of, write_fixture
 
 from cory import plots
 from cory.report import ReportConfig, draw_figures, report_markdown, series
-from cory.results import load_inputs
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +19,7 @@ def drawn(tmp_path_factory):
     """The figures of a fixture whose CORY KL differs wildly between seeds (0.1, 0.1, 12): mean - std < 0."""
     outputs = tmp_path_factory.mktemp("figures") / "outputs"
     write_fixture(outputs, cory_kl={0: 0.1, 1: 0.1, 2: 12.0})
-    inputs = load_inputs(outputs)
+    inputs = load_fixture(outputs)
     yield inputs, draw_figures(inputs, ReportConfig())
     plt.close("all")
 
@@ -101,8 +100,28 @@ def test_eta_labels_of_the_pareto_figure_do_not_overlap():
 
 def test_pareto_labels_of_the_report_do_not_overlap(drawn):
     _, figures = drawn
-    ax = figures["fig2c_pareto"].figure.axes[0]
-    assert len(ax.texts) == 3 * 3 and overlapping_labels(ax) == []  # 3 etas x PPO, CORY-LLM1, CORY-LLM2
+    for name in ("fig2c_pareto", "fig2c_pareto_math"):
+        ax = figures[name].figure.axes[0]
+        assert len(ax.texts) == 3 * 3 and overlapping_labels(ax) == [], name  # 3 etas x PPO, CORY-LLM1, CORY-LLM2
+
+
+def test_each_tasks_frontier_is_drawn_from_its_own_sweep(drawn):
+    inputs, figures = drawn
+    imdb, maths = figures["fig2c_pareto"], figures["fig2c_pareto_math"]
+    assert imdb.figure.axes[0].get_xlabel() == "task reward (sentiment logit) after training, higher is better"
+    assert maths.figure.axes[0].get_xlabel() == "task reward (share correct) after training, higher is better"
+    assert "math word problems" in maths.figure.axes[0].get_title() and "IMDB" in imdb.figure.axes[0].get_title()
+    # the math sweep runs 2 of the 3 seeds (its group's own seeds): its figure says so
+    assert "mean of 2 seeds" in maths.figure.axes[0].get_title()
+    assert "mean of 3 seeds" in imdb.figure.axes[0].get_title()
+    assert "(group `pareto_math`)" in maths.caption and "the mean of 2 seeds" in maths.caption
+    # the points are the math sweep's final values: PPO at eta 0.3 has share correct (0.5 - 0.3) x seed scale
+    ppo = maths.figure.axes[0].lines[0]
+    ppo_runs = inputs.sweeps["math"].runs["ppo"]
+    rewards = [np.mean([y[-10:].mean() for y in ppo_runs[eta].curves("llm1/task_reward").values()])
+               for eta in (0.01, 0.1, 0.3)]
+    np.testing.assert_allclose(ppo.get_xdata(), rewards)
+    assert rewards[-1] == pytest.approx(0.2 * 1.01, rel=0.01)
 
 
 def test_combined_reward_panels_state_their_eta(drawn, tmp_path):
@@ -117,6 +136,6 @@ def test_combined_reward_panels_state_their_eta(drawn, tmp_path):
     write_fixture(outputs, seeds=(0,), iterations=4)
     for config in (outputs / "runs" / "imdb" / "cory").glob("seed*/config.json"):
         config.write_text(json.dumps({**json.loads(config.read_text()), "combined_reward_eta": 0.05}))
-    title = draw_figures(load_inputs(outputs), ReportConfig())["fig3_imdb"].figure.axes[2].get_title()
+    title = draw_figures(load_fixture(outputs), ReportConfig())["fig3_imdb"].figure.axes[2].get_title()
     assert title == "(c) combined reward, η = 0.3 (PPO), 0.3 (PPO-2x), 0.05 (CORY-LLM1), 0.05 (CORY-LLM2)"
     plt.close("all")
