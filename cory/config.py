@@ -294,6 +294,15 @@ class TrainConfig:
     """eta of the reported combined reward r_c = task reward - eta * KL; None uses ppo.init_kl_coef."""
     samples_to_log: int = 16
     """Generations per logged sample table."""
+    probe_every: int = 0
+    """Every this many iterations (from iteration 0; and at the last), LLM1 alone answers the same `probe_queries`
+    RL prompts `probe_samples` times each: llm1/probe_task_reward. The batch's task_reward moves with which prompts
+    each iteration drew (16 math problems of mixed difficulty swing it more than training does); the probe's fixed
+    prompts do not. Its sampling uses its own copy of the RNG state, so it leaves training as it is. 0: off."""
+    probe_queries: int = 64
+    """Prompts of the probe: the last `probe_queries` of the task's prompt file, the same for every run and seed."""
+    probe_samples: int = 4
+    """Answers per probe prompt."""
     lora_rank: int | None = None
     """Train LoRA adapters of this rank (peft) instead of every weight, as the paper's 7B runs must; None = full."""
     lora_alpha: float = 16.0
@@ -314,6 +323,10 @@ class TrainConfig:
             f"must be >= 0 or null, got {self.combined_reward_eta}",
         )
         check(self.samples_to_log >= 0, f"{path}.samples_to_log", f"must be >= 0, got {self.samples_to_log}")
+        for name in ("probe_every",):
+            check(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        for name in ("probe_queries", "probe_samples"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
         check(self.lora_rank is None or self.lora_rank > 0, f"{path}.lora_rank", f"must be > 0 or null, got {self.lora_rank}")
         check(self.lora_alpha > 0, f"{path}.lora_alpha", f"must be > 0, got {self.lora_alpha}")
         check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",

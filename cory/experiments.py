@@ -314,6 +314,10 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
             continue  # drawn again, not trained: the batch sequence is the uninterrupted run's
         batch_answers = [answers[i] for i in idx] if answers is not None else None
         metrics = trainer.step([queries[i] for i in idx], batch_answers)
+        every = job.train.probe_every
+        if every and (it % every == 0 or it == last):  # the same prompts every time (TrainConfig.probe_every)
+            n = job.train.probe_queries
+            metrics.update(trainer.probe(queries[-n:], answers[-n:] if answers is not None else None))
         writer.log(it, metrics)
         if tracker is not None and (it % log_every == 0 or it == last):
             tracker.log_metrics(metrics, step=it)

@@ -53,6 +53,9 @@ AGENT_METRICS = {
 }
 IDENTITY_ONLY_METRICS = {
     "role": "role played this iteration: 0 = pioneer, 1 = observer",
+    "probe_task_reward": "mean task score of the agent used alone (pioneer prompt) on the same train.probe_queries RL "
+    "prompts, train.probe_samples answers each, every train.probe_every iterations (empty in between): a training "
+    "reward that does not move with which prompts a batch drew",
 }
 RUN_METRICS = {
     "iteration": "training iteration, counted from 0 (the step of every row)",

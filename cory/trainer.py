@@ -170,6 +170,17 @@ class Trainer:
             for q, p, r, s in zip(queries, prompts, rollout.responses, scores)
         ]
 
+    def probe(self, queries: Sequence[str], answers: Sequence[str] | None) -> dict[str, float]:
+        """llm1/probe_task_reward: LLM1 alone on fixed `queries`, cfg.probe_samples answers each (TrainConfig.probe_every).
+        It samples from a fork of the RNG state, so a run with the probe trains exactly as one without it."""
+        k = self.cfg.probe_samples
+        queries = [q for q in queries for _ in range(k)]
+        answers = None if answers is None else [a for a in answers for _ in range(k)]
+        device = self.agents[0].device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            rows = self.generate_alone(queries, answers, self.iteration)
+        return {f"{self.agents[0].name}/probe_task_reward": float(np.mean([row["pioneer_score"] for row in rows]))}
+
     def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int, dropout: bool = False) -> Rollout:
         ppo_cfg = self.cfg.ppo
         agent.activate()

@@ -37,7 +37,7 @@ from cory.config import ConfigError
 from scripts.common import dotted_overrides
 
 GROUP = "variants"
-METRICS = ["task_reward", "kl", "entropy", "policy_clipfrac", "approx_kl", "value_loss", "response_length"]
+METRICS = ["task_reward", "probe_task_reward", "kl", "entropy", "policy_clipfrac", "approx_kl", "value_loss", "response_length"]
 
 
 def write(group: str, iterations: int | None, seed_list: list[int] | None, runs: list[str],
@@ -73,6 +73,12 @@ def write(group: str, iterations: int | None, seed_list: list[int] | None, runs:
     return params
 
 
+def _mean(cells: list[str]) -> float:
+    """Mean of a block's logged cells (a metric measured only some iterations, e.g. the probe, leaves others empty)."""
+    values = [float(c) for c in cells if c not in ("", None)]
+    return sum(values) / len(values) if values else float("nan")
+
+
 def summary(root: Path, block: int = 10) -> None:
     for run in sorted(root.glob("*/seed*")):
         rows = list(csv.DictReader(open(run / "history.csv")))
@@ -80,7 +86,7 @@ def summary(root: Path, block: int = 10) -> None:
         print("  iters " + " ".join(m[:9].rjust(9) for m in METRICS))
         for start in range(0, len(rows), block):
             part = rows[start : start + block]
-            means = [sum(float(r[f"llm1/{m}"]) for r in part) / len(part) for m in METRICS]
+            means = [_mean([r.get(f"llm1/{m}", "") for r in part]) for m in METRICS]
             print(f"  {start:3d}+  " + " ".join(f"{v:9.3f}" for v in means))
         samples_file = run / "samples.jsonl"  # written when a run ends
         samples = [json.loads(line) for line in open(samples_file)] if samples_file.is_file() else []

@@ -17,7 +17,7 @@ def test_glossary_covers_every_key_pattern():
     expected = {"iteration", "swap", "timing/generation", "timing/scoring", "timing/update", "timing/iteration"}
     for prefix in ("llm1", "llm2", "pioneer", "observer"):
         expected |= {f"{prefix}/{name}" for name in AGENT_KEYS}
-    expected |= {"llm1/role", "llm2/role"}
+    expected |= {"llm1/role", "llm2/role", "llm1/probe_task_reward", "llm2/probe_task_reward"}
     assert set(GLOSSARY) == expected
     assert all(text.strip() for text in GLOSSARY.values())
 

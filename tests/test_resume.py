@@ -91,3 +91,26 @@ def test_a_checkpoint_of_another_fingerprint_is_refused(task, tmp_path, monkeypa
     first.fingerprint = "f2"
     with pytest.raises(ValueError, match="belongs to another version of g/r/seed0"):
         run_training(first, "cpu", checkpoint_every=2)
+
+
+@pytest.mark.parametrize("n_agents", [1, 2])
+def test_the_probe_leaves_training_as_it_is(task, tmp_path, n_agents):
+    """train.probe_every: llm1/probe_task_reward at iterations 0, 3, 6 (and the last), and every other value of the
+    history, the samples and the trained weights exactly those of a run without the probe (it samples from a fork of
+    the RNG state)."""
+    torch.set_num_threads(1)
+    plain = job(task, tmp_path / "plain", n_agents)
+    run_training(plain, "cpu")
+    probed = job(task, tmp_path / "probed", n_agents)
+    probed.train.probe_every, probed.train.probe_queries, probed.train.probe_samples = 3, 5, 2
+    run_training(probed, "cpu")
+
+    rows = history(tmp_path / "probed/run")
+    probes = {int(r["iteration"]): r.pop("llm1/probe_task_reward") for r in rows}
+    assert [it for it, v in probes.items() if v != ""] == [0, 3, 6]
+    assert all(0.0 <= float(v) <= 1.0 for v in probes.values() if v != "")
+    assert rows == history(tmp_path / "plain/run")
+    assert (tmp_path / "probed/run/samples.jsonl").read_text() == (tmp_path / "plain/run/samples.jsonl").read_text()
+    for agent in ["llm1", "llm2"][:n_agents]:
+        a = (tmp_path / f"plain/ckpt/{agent}/model.safetensors").read_bytes()
+        assert (tmp_path / f"probed/ckpt/{agent}/model.safetensors").read_bytes() == a
