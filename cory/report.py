@@ -94,6 +94,20 @@ def pareto_frontiers(sweep: Sweep, last_n: int) -> dict[str, list[plots.Frontier
             "CORY-LLM2": frontier(cory, "llm2", last_n)}
 
 
+PROBE = "llm1/probe_task_reward"
+PROBE_CAPTION = ("LLM1 alone on the same RL problems every train.probe_every iterations (llm1/probe_task_reward): "
+                 "the training reward without the batches' draw of problems")
+
+
+def probe_panel(curves: list[tuple[Run, str, str]], task: str) -> plots.Panel | None:
+    """(d) LLM1's probe reward (TrainConfig.probe_every) of each LLM1 curve, if every seed of those runs logged it."""
+    probed = [(run, label) for run, who, label in curves if who == "llm1"]
+    if not probed or not all(PROBE in frame for run, _ in probed for frame in run.histories.values()):
+        return None
+    return plots.Panel("(d) task reward, fixed problems (probe)", TASK_REWARD[task],
+                       [series(run, PROBE, label) for run, label in probed])
+
+
 def _reward_kl(task: str) -> list[tuple[str, str, str]]:
     return [("task_reward", "(a) task reward", TASK_REWARD[task]), ("kl", "(b) KL divergence", KL_LABEL)]
 
@@ -141,10 +155,11 @@ def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
         ("fig4_math", "math", main_math, "Fig. 4", "Math word problems, PPO vs CORY"),
     ):
         eta = eta_text({label: run for run, _, label in curves})
+        panels, probe = _panels(curves, _with_combined(task, eta), k), probe_panel(curves, task)
         figures[name] = Drawn(
-            plots.curves_figure(_panels(curves, _with_combined(task, eta), k),
-                                f"{figure} (reproduced): {what} ({spread})"),
-            f"{what}: task reward, KL and {COMBINED} ({eta}; {ETA_SOURCE}). {bands}")
+            plots.curves_figure(panels + ([probe] if probe else []), f"{figure} (reproduced): {what} ({spread})"),
+            f"{what}: task reward, KL and {COMBINED} ({eta}; {ETA_SOURCE})"
+            + (f", and (d) {PROBE_CAPTION}" if probe else "") + f". {bands}")
     ablations = [(imdb["cory"], "llm1", "CORY-LLM1"), (imdb["cory_no_kt"], "llm1", "CORY w/o KT (LLM1)"),
                  (imdb["cory_no_rex"], "pioneer", "CORY w/o REx, pioneer"),
                  (imdb["cory_no_rex"], "observer", "CORY w/o REx, observer"), (imdb["ppo"], "llm1", "PPO")]

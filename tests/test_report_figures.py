@@ -139,3 +139,18 @@ def test_combined_reward_panels_state_their_eta(drawn, tmp_path):
     title = draw_figures(load_fixture(outputs), ReportConfig())["fig3_imdb"].figure.axes[2].get_title()
     assert title == "(c) combined reward, η = 0.3 (PPO), 0.3 (PPO-2x), 0.05 (CORY-LLM1), 0.05 (CORY-LLM2)"
     plt.close("all")
+
+
+def test_the_probe_panel_draws_only_the_iterations_the_probe_ran():
+    from cory.report import probe_panel
+
+    probed = np.full(30, np.nan)
+    probed[[0, 10, 20, 29]] = [0.2, 0.25, 0.3, 0.32]
+    seeds = {s: {"llm1/task_reward": np.linspace(0.2, 0.3, 30), "llm1/probe_task_reward": probed + 0.01 * s}
+             for s in (0, 1)}
+    panel = probe_panel([(run_of(seeds), "llm1", "PPO"), (run_of(seeds), "llm2", "CORY-LLM2")], "math")
+    (line,) = panel.series  # LLM1's alone: the probe is LLM1 used alone
+    assert list(line.x) == [0, 10, 20, 29]
+    np.testing.assert_allclose(line.mean, [0.205, 0.255, 0.305, 0.325])
+    unprobed = {s: {"llm1/task_reward": np.linspace(0.2, 0.3, 30)} for s in (0, 1)}
+    assert probe_panel([(run_of(unprobed), "llm1", "PPO")], "math") is None  # runs without the probe: no panel
