@@ -300,23 +300,16 @@ def test_missing_group_run_seed_or_file_is_one_clear_error(tmp_path):
     (full / "eval" / "passk.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"eval/passk.json: not found"):
         load_fixture(full)
-    no_math = tmp_path / "no_math"
-    write_fixture(no_math, seeds=(0,), iterations=4, skip=("math",))
-    with pytest.raises(FileNotFoundError, match=r"runs/math: experiment group folder not found"):
-        load_fixture(no_math)
-    no_run = tmp_path / "no_run"
-    write_fixture(no_run, seeds=(0,), iterations=4, skip=("imdb/cory_no_rex",))
-    with pytest.raises(FileNotFoundError, match=r"runs/imdb/cory_no_rex: run folder not found"):
-        load_fixture(no_run)
     # every eta of a sweep's sweep_eta is read (a missing one is not silently left off the frontier)
-    no_eta = tmp_path / "no_eta"
-    write_fixture(no_eta, seeds=(0,), iterations=4, skip=("pareto_math/cory_eta0.1",))
-    with pytest.raises(FileNotFoundError, match=r"runs/pareto_math/cory_eta0.1: run folder not found"):
-        load_fixture(no_eta)
-    no_sweep = tmp_path / "no_sweep"
-    write_fixture(no_sweep, seeds=(0,), iterations=4, skip=("pareto_math",))
-    with pytest.raises(FileNotFoundError, match=r"runs/pareto_math: experiment group folder not found"):
-        load_fixture(no_sweep)
+    for skipped, message in (("math", r"runs/math: experiment group folder not found"),
+                             ("imdb/cory_no_rex", r"runs/imdb/cory_no_rex: run folder not found"),
+                             ("pareto_math/cory_eta0.1", r"runs/pareto_math/cory_eta0.1: run folder not found"),
+                             ("pareto_math", r"runs/pareto_math: experiment group folder not found")):
+        partial = tmp_path / skipped.replace("/", "_")
+        write_fixture(partial, seeds=(0,), iterations=4, skip=(skipped,))
+        with pytest.raises(FileNotFoundError, match=message):
+            load_fixture(partial)
+    no_sweep = tmp_path / "pareto_math"
     assert set(load_fixture(no_sweep, sweeps=("imdb",)).sweeps) == {"imdb"}  # params without it: not read
 
 
