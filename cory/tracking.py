@@ -12,10 +12,12 @@ UI's Source, Version and User columns), and, for training runs, seed and algorit
 one batch per step, so logging never waits on the store inside a training loop.
 
 MLflow mirrors DVC, which keeps one output per run and replaces it when the run is redone:
-- A run started with a `key` (a training run's "<group>/<run>/seed<k>") is tagged `run_key` = "<profile>/<key>".
+- Every run has a key, what it is a run of: a training run's "<group>/<run>/seed<k>", the parent run's "pipeline",
+  any other stage's run name (base_model@math, reward_model, evaluate). It is tagged `run_key` = "<profile>/<key>".
   A new run of a key never reuses an old one, even with the same config_hash (DVC ran the code again, so it is a new
   run): every older run of the key is tagged `superseded=true` and `superseded_by=<new run id>`, and one still RUNNING
-  (its process is gone) ends KILLED. The current run of a key is the one without the `superseded` tag.
+  (its process is gone) ends KILLED. Every run starts tagged `superseded=false`, so the UI's search
+  `tags.superseded != "true"` (or `= "false"`) lists the current runs only.
 - A run ends FINISHED; KILLED if its body is interrupted (Ctrl-C, SystemExit, or SIGTERM, which start_run turns into
   SystemExit so that the run can still be closed); FAILED on any other exception.
 - Results DVC restores from its cache (or `dvc pull`s) ran no code, so sync_runs, called by the report stage, logs a
@@ -167,8 +169,10 @@ def run_tags(
 ) -> dict[str, str]:
     """Every tag of a run. The `mlflow.*` ones are MLflow's system tags (mlflow.utils.mlflow_tags), which its UI
     shows as the Source, Version and User columns; they are set by hand because MlflowClient, unlike mlflow.start_run,
-    fills none of them."""
+    fills none of them. `superseded` starts "false" (a newer run of its key sets it "true"): MLflow's search skips
+    a run without the tag on `tags.superseded != "true"`, so without it that filter would show no run at all."""
     tags = {
+        "superseded": "false",
         "dvc_stage": stage,
         "profile": profile,
         "git_commit": commit,
@@ -367,13 +371,14 @@ def start_run(
     """An MLflow run for one DVC stage (or one training run of it), logging the resolved `params` flattened.
 
     `outputs` is the folder of the stage's DVC outputs, named in the warning when MLflow is unavailable. `key` names
-    what the run is a run of within the profile (a training run's "<group>/<run>/seed<k>"): a new run of a key
-    supersedes the older ones (see the module docstring). `source` is the code that ran, shown in the UI's Source
-    column; default: the module run as __main__ (e.g. "pipeline.train"). `identity` (run_identity) is logged as
-    params and tags beside `params`, but left out of config_hash, which stands for config.json. The run ends
-    FINISHED, KILLED if the body is interrupted (KeyboardInterrupt, SystemExit, SIGTERM) or FAILED if it raises; the
-    exception propagates, MLflow errors never do.
+    what the run is a run of within the profile (a training run's "<group>/<run>/seed<k>"; default: its run name,
+    e.g. evaluate): a new run of a key supersedes the older ones (see the module docstring). `source` is the code
+    that ran, shown in the UI's Source column; default: the module run as __main__ (e.g. "pipeline.train").
+    `identity` (run_identity) is logged as params and tags beside `params`, but left out of config_hash, which stands
+    for config.json. The run ends FINISHED, KILLED if the body is interrupted (KeyboardInterrupt, SystemExit,
+    SIGTERM) or FAILED if it raises; the exception propagates, MLflow errors never do.
     """
+    key = key if key is not None else run_name or stage  # DVC keeps one output per stage: its last run is current
     extra = {
         **({"seed": seed} if seed is not None else {}),
         **({"algorithm": algorithm} if algorithm is not None else {}),
@@ -491,7 +496,8 @@ HEADLINE = {"task_reward": "task reward", "kl": "KL"}
 def headline_metrics(runs_dir: Path) -> dict[str, float]:
     """The pipeline's headline numbers from training: each run's final task reward and KL per model (summary.json's
     `final`, the mean over its last iterations), averaged over its seeds, as "headline/<group>.<run>.<llm>.<metric>"
-    (one "/": the UI draws every metric of one prefix in one section of charts, so these make one section)."""
+    (one "/": the UI draws every metric of one prefix in one section of charts, so these make one section). A run's
+    name may hold a "." (pareto's cory_eta0.01), a group's (a key of `experiments:`, e.g. imdb) is taken not to."""
     values: dict[str, list[float]] = {}
     for folder in run_folders(runs_dir):
         run = folder.parent.relative_to(runs_dir).as_posix()
@@ -515,8 +521,9 @@ def headline_markdown(metrics: dict[str, float], passk: dict[str, Any], verdicts
              "nested under this run: expand it (+) in the run list.", "",
              "| run | " + " | ".join(f"{llm.upper()} {HEADLINE[metric]}" for llm, metric in columns) + " |",
              "|---" * (len(columns) + 1) + "|"]
-    lines += [f"| {run.replace('.', '/')} | " + " | ".join(_cell(metrics.get(f"headline/{run}.{llm}.{metric}"))
-                                                        for llm, metric in columns) + " |" for run in runs]
+    # "<group>.<run>" back to "<group>/<run>": only the first "." (a run's name may hold one: pareto/cory_eta0.01)
+    lines += [f"| {run.replace('.', '/', 1)} | " + " | ".join(_cell(metrics.get(f"headline/{run}.{llm}.{metric}"))
+                                                           for llm, metric in columns) + " |" for run in runs]
     ks = sorted({k for result in passk.values() for k in result["mean"]}, key=int)
     if passk:
         lines += ["", "| model | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]

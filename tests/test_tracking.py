@@ -198,9 +198,28 @@ def test_a_rerun_supersedes_every_older_run_of_its_key(store, tmp_path):
     assert tags[first]["superseded"] == tags[orphan]["superseded"] == tags[second]["superseded"] == "true"
     assert tags[first]["superseded_by"] == tags[orphan]["superseded_by"] == second  # not moved on by the third
     assert tags[second]["superseded_by"] == third
-    assert "superseded" not in tags[third] and "superseded" not in tags[other_seed]
+    assert tags[third]["superseded"] == tags[other_seed]["superseded"] == "false"
     assert runs[orphan].info.status == "KILLED"
     assert runs[first].info.status == runs[second].info.status == "FINISHED"
+
+
+def test_the_filter_for_current_runs_finds_them(store, tmp_path):
+    """MLflow's search leaves out a run without the tag on `tags.superseded != "true"` (the filter the README gives
+    for the current runs): it found no run at all while only superseded runs had the tag (seen in the UI)."""
+    def run(stage, key=None):
+        with start_run(stage, PARAMS, profile="current", outputs=tmp_path, key=key) as tracker:
+            pass
+        return tracker.run_id
+
+    old, new, other = run("train", "imdb/ppo/seed0"), run("train", "imdb/ppo/seed0"), run("train", "imdb/cory/seed0")
+    old_evaluation, evaluation = run("evaluate"), run("evaluate")  # a stage's run is a run of the stage
+    client = MlflowClient(tracking_uri=store)
+    experiment_id = client.get_experiment_by_name("cory-current").experiment_id
+    for query in ("tags.superseded != 'true'", "tags.superseded = 'false'"):
+        assert {r.info.run_id for r in client.search_runs([experiment_id], query)} == {new, other, evaluation}
+    superseded = {r.info.run_id for r in client.search_runs([experiment_id], "tags.superseded = 'true'")}
+    assert superseded == {old, old_evaluation}
+    assert client.get_run(evaluation).data.tags["run_key"] == "current/evaluate"
 
 
 @pytest.mark.parametrize("interruption", [KeyboardInterrupt, SystemExit])
@@ -411,6 +430,16 @@ def test_headline_markdown_tables():
         "|---|---|",
         "| imdb_kl_ratio | held |",
     ]
+
+
+def test_headline_markdown_keeps_the_dot_in_a_runs_name(tmp_path):
+    """pareto's runs are named cory_eta0.01: the description said "pareto/cory_eta0/01" (seen in the UI)."""
+    runs_dir = tmp_path / "runs"
+    write_run_folder(runs_dir, "pareto/cory_eta0.01/seed0", CONFIG, final={"llm1/task_reward": 1.0, "llm1/kl": 4.0})
+    metrics = headline_metrics(runs_dir)
+    assert metrics == {"headline/pareto.cory_eta0.01.llm1.kl": 4.0,
+                       "headline/pareto.cory_eta0.01.llm1.task_reward": 1.0}
+    assert "| pareto/cory_eta0.01 | 1 | 4 |  |  |" in headline_markdown(metrics, {}, {}).splitlines()
 
 
 def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested(store, monkeypatch, tmp_path):
