@@ -1,0 +1,174 @@
+"""What each run of a large profile costs: seconds per iteration (generation / scoring / update), parameters and peak
+GPU memory, and the projected wall time of the whole profile (issue 10 item 3).
+
+    python -m scripts.build_standins --profile paper_standins --offline-data --device cuda   # the paper's shapes
+    python -m pipeline.profile paper_standins
+    python -m scripts.bench_paper [--iterations 3] [--only math/cory ...] [--set ppo.batch_size=8 ...]
+                                  [--out reports/paper/scale.json]
+
+For every run of every experiment group of the params (one eta of a sweep stands for all of them: the coefficient
+does not change the cost), it loads the run's base model as its `base_models.<name>.source` names it (a stand-in
+folder or a hub name; no pipeline stage runs first) and the reward model likewise, builds the run's Trainer with its
+resolved train config, and times `--iterations` iterations after one warm-up iteration on queries of the task's kind
+(IMDB-like word openings; math problems from cory.mathgen with 1-token gold answers). Random weights rarely end an
+answer early, so every response runs to its drawn length: an upper bound on a trained model's time.
+
+The JSON written to --out holds, per run: model, parameters (total, trainable), batch size, seconds per iteration
+and its split, peak GPU memory; and the projection: every run x its seeds (x the etas of a sweep) x train.iterations,
+one after another (runtime.workers 1, as the paper profile has it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
+
+
+def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] | None]:
+    """n queries of the task's kind (their content does not change the cost, their length does a little)."""
+    rng = random.Random(seed)
+    if task == "sentiment":
+        return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8))) for _ in range(n)], None
+    from cory.mathgen import MathGenConfig, generate_problems
+
+    problems = generate_problems(MathGenConfig(n_pretrain=0, n_rl=n, n_test=0, seed=seed))["rl"]
+    return [p["question"] for p in problems], [p["answer"] for p in problems]
+
+
+def plan(params: dict, only: list[str]) -> list[tuple[str, str, object]]:
+    """(group, run, job) for seed 0 of each run (of one eta per sweep), in params order."""
+    from cory.experiments import expand_jobs, parse_experiment
+
+    chosen = []
+    for group in params.get("experiments") or {}:
+        exp, task = parse_experiment(params, group)
+        seeds = exp.seeds_of(params["seeds"])
+        jobs = expand_jobs(group, exp, task, params.get("train") or {}, seeds, Path("/nonexistent"))
+        seen = set()
+        for job in jobs:
+            run = job.run.split("_eta")[0] if exp.sweep_eta else job.run
+            if job.seed != seeds[0] or run in seen or (only and f"{group}/{run}" not in only):
+                continue
+            seen.add(run)
+            chosen.append((group, run, job))
+    return chosen
+
+
+def source_of(params: dict, name: str | None) -> str | None:
+    """A base model or `reward` as its params source names it (a folder or a hub name)."""
+    if name is None:
+        return None
+    if name == "reward":
+        return params["reward_model"]["source"]
+    return params["base_models"][name]["source"] if name in params["base_models"] else name
+
+
+def measure(job, params: dict, iterations: int, overrides: dict, device: str) -> dict:
+    import torch
+
+    from cory.config import TrainConfig, from_dict, merge, to_dict
+    from cory.experiments import load_lm
+    from cory.rewards import build_reward
+    from cory.tokenizer import load_tokenizer
+    from cory.trainer import Trainer
+
+    train = from_dict(TrainConfig, merge(to_dict(job.train), overrides), "train")
+    model = source_of(params, job.model)
+    torch.manual_seed(0)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    lm = load_lm(model, device, train.load_in_4bit)
+    total = sum(p.numel() for p in lm.parameters())
+    tokenizer = load_tokenizer(model)
+    if job.task.reward == "sentiment":
+        reward = build_reward("sentiment", model_name_or_path=source_of(params, job.task.reward_model), device=device)
+    else:
+        reward = build_reward("math")
+    trainer = Trainer(train, lm, tokenizer, reward, seed=0)
+    trainable = sum(p.numel() for agent in trainer.agents for p in agent.parameters())
+    queries, answers = queries_of(job.task.reward, train.ppo.queries_per_batch)
+    timings = []
+    for it in range(iterations + 1):  # the first is warm-up (allocator, kernels, compilation)
+        metrics = trainer.step(queries, answers)
+        if it:
+            timings.append({k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")})
+    seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
+    return {"model": model, "params_total": total, "params_trainable": trainable,
+            "n_agents": train.cory.n_agents, "lora_rank": train.lora_rank, "load_in_4bit": train.load_in_4bit,
+            "batch_size": train.ppo.batch_size, "response_length": list(train.ppo.generation.response_length),
+            "iterations_timed": iterations, "seconds_per_iteration": seconds["iteration"],
+            "split": {k: v for k, v in seconds.items() if k != "iteration"},
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
+            "train_iterations": train.iterations}
+
+
+def projection(params: dict, runs: dict[str, dict]) -> dict:
+    """Wall time of every run x seed (x eta) x train.iterations, one after another."""
+    from cory.experiments import parse_experiment
+
+    total, parts = 0.0, {}
+    for key, result in runs.items():
+        group = key.split("/")[0]
+        exp, _ = parse_experiment(params, group)
+        repeats = len(exp.seeds_of(params["seeds"])) * max(1, len(exp.sweep_eta))
+        parts[key] = repeats * result["train_iterations"] * result["seconds_per_iteration"]
+        total += parts[key]
+    return {"seconds": total, "hours": total / 3600, "per_run_seconds": parts,
+            "assumes": "runs one after another (runtime.workers 1), every response at its drawn length"}
+
+
+def main(argv: list[str]) -> None:
+    import torch
+
+    from pipeline.common import load_params, profile
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=3, help="timed iterations per run (after one warm-up)")
+    parser.add_argument("--only", nargs="*", default=[], help="GROUP/RUN names (default: every run)")
+    parser.add_argument("--set", action="append", default=[], help="a train setting for every run, e.g. ppo.batch_size=8")
+    parser.add_argument("--out", default=None, help="default: reports/<profile>/scale.json")
+    args = parser.parse_args(argv)
+    params = load_params()
+    overrides: dict = {}
+    for item in args.set:  # one KEY=VALUE each (a value may hold commas: [4, 8])
+        key, _, value = item.partition("=")
+        node = overrides
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out = Path(args.out or f"reports/{profile(params)}/scale.json")
+    runs = {}
+    for group, run, job in plan(params, args.only):
+        start = time.perf_counter()
+        runs[f"{group}/{run}"] = measure(job, params, args.iterations, overrides, device)
+        r = runs[f"{group}/{run}"]
+        peak = f", peak {r['peak_gpu_gib']:.1f} GiB" if r["peak_gpu_gib"] is not None else ""
+        print(f"bench_paper: {group}/{run}: {r['seconds_per_iteration']:.2f} s/it "
+              f"({', '.join(f'{k} {v:.2f}' for k, v in r['split'].items())}){peak}; "
+              f"{r['params_total']:,} params, {r['params_trainable']:,} trainable "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    result = {"profile": profile(params), "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+              "overrides": args.set, "runs": runs, "projection": projection(params, runs)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"bench_paper: projected {result['projection']['hours']:.1f} h for the whole profile; wrote {out}")
+
+
+if __name__ == "__main__":
+    from pipeline.common import run_stage
+
+    run_stage(lambda: main(sys.argv[1:]))
