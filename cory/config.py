@@ -437,6 +437,18 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def dotted_leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"ppo": {"learning_rate": 1e-5}} -> {"ppo.learning_rate": 1e-5}: every leaf of a nested mapping by its dotted
+    setting path (values as they are)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(dotted_leaves(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def merge(base: dict[str, Any], override: dict[str, Any] | None) -> dict[str, Any]:
     """Deep-merge `override` into a copy of `base` (mappings merge, everything else replaces)."""
     out = dict(base)

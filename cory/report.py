@@ -38,6 +38,7 @@ from cory.claims import (
     partner_coef,
     smooth,
 )
+from cory.config import dotted_leaves
 from cory.metrics import glossary_markdown
 from cory.experiments import ExperimentConfig
 from cory.results import SWEEP_TASKS, Inputs, Run, Sweep, load_inputs
@@ -253,16 +254,6 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *rows]
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def setup_markdown(inputs: Inputs) -> list[str]:
     """Models, reward model, hyperparameters (from the runs' config.json) and the time every stage took."""
     lines = ["## Setup", "", "### Base models (outputs/<profile>/metrics/base_models/)", ""]
@@ -272,7 +263,7 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     lines += ["", "### Reward model (metrics/reward_model.json)", ""]
     scalars = {k: v for k, v in inputs.reward_model.items() if isinstance(v, (int, float))}
     lines += _table(["metric", "value"], [[k, _num(v)] for k, v in scalars.items()])
-    configs = {f"{g}/{name}": _flatten(run.config) for g, runs in inputs.runs.items() for name, run in runs.items()}
+    configs = {f"{g}/{name}": dotted_leaves(run.config) for g, runs in inputs.runs.items() for name, run in runs.items()}
     keys = [k for k in next(iter(configs.values())) if k != "seed"]
     shared = [k for k in keys if len({json.dumps(c.get(k)) for c in configs.values()}) == 1]
     varying = [k for k in keys if k not in shared]
@@ -287,7 +278,7 @@ def setup_markdown(inputs: Inputs) -> list[str]:
             lines += [f"No Pareto sweep of task `{task}`: no experiment group has task {task} and a sweep_eta.", ""]
             continue
         etas = sorted(sweep.runs["ppo"])
-        adaptive = _flatten(sweep.runs["ppo"][etas[0]].config).get("ppo.adaptive_kl")
+        adaptive = dotted_leaves(sweep.runs["ppo"][etas[0]].config).get("ppo.adaptive_kl")
         lines += [f"The Pareto sweep of task `{task}` (group `{sweep.group}`, seeds {_seed_list(sweep.seeds)}) repeats "
                   f"PPO and CORY at η = ppo.init_kl_coef in {{{', '.join(f'{e:g}' for e in etas)}}} "
                   f"(ppo.adaptive_kl = {json.dumps(adaptive)}).", ""]

@@ -22,11 +22,10 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from cory.config import ConfigError, merge
+from cory.config import ConfigError, dotted_leaves, merge
 from cory.standins import PROVENANCE, SCALES, STANDINS, build_standin, imdb_texts, profile_overlay
 
 OVERLAY = "overlay.yaml"
@@ -51,17 +50,6 @@ def built_standins(root: Path) -> dict[str, str]:
     return {name: _shown(root / name) for name in STANDINS if (root / name / PROVENANCE).is_file()}
 
 
-def leaves(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}."""
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(leaves(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def write_profile(name: str, changes: dict[str, str]) -> Path:
     """profiles/NAME.yaml = profiles/paper.yaml with each dotted setting of `changes` set to its new value, edited in
     the text (where the setting's key holds the paper's value), then rendered and compared with the paper profile."""
@@ -70,7 +58,7 @@ def write_profile(name: str, changes: dict[str, str]) -> Path:
     path = PROFILES / f"{name}.yaml"
     if path.is_file() and not path.read_text().startswith(HEADER.split("{name}")[0]):
         raise ConfigError(f"--profile: {path.name} exists and was not written by this script; choose another name")
-    paper = leaves(render("paper"))
+    paper = dotted_leaves(render("paper"))
     text = (PROFILES / "paper.yaml").read_text()
     for setting, new in changes.items():
         if setting not in paper:
@@ -86,7 +74,7 @@ def write_profile(name: str, changes: dict[str, str]) -> Path:
     listed = "".join(f"#   {setting}: {new}\n" for setting, new in changes.items())
     path.write_text(HEADER.format(name=name) + listed + text)
     try:
-        rendered = leaves(render(name))
+        rendered = dotted_leaves(render(name))
         differ = {k for k in paper.keys() | rendered.keys() if paper.get(k) != rendered.get(k)} - {"profile"}
         if differ != set(changes) or any(rendered[k] != v for k, v in changes.items()):
             raise ConfigError(f"{path.name}: differs from the paper profile in {sorted(differ)}, not {sorted(changes)}")
@@ -133,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         print(f"not built yet in {root}: {', '.join(missing)} (their hub names stay in the profile)")
     if args.profile:
-        path = write_profile(args.profile, leaves(overlay))
+        path = write_profile(args.profile, dotted_leaves(overlay))
         print(f"{path}: written; `python -m pipeline.profile {args.profile} && dvc repro` runs it")
 
 

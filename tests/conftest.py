@@ -3,3 +3,14 @@ from pipeline.common import limit_cpu_threads
 # The stages' policy (pipeline.common.limit_cpu_threads) for the tests that train models in this process: tiny models
 # gain nothing from intra-op threads, and a busy 2-core CI machine loses a lot to oversubscription.
 limit_cpu_threads()
+
+
+import pytest  # noqa: E402
+
+from smoke import reproduce_smoke  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smoke_repo(tmp_path_factory):
+    """One `dvc repro` of the smoke profile for the whole session (tests/smoke.py): tests that change it copy it."""
+    return reproduce_smoke(tmp_path_factory.mktemp("smoke") / "repo")

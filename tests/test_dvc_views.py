@@ -8,10 +8,7 @@ last ones (marked smoke) run the smoke profile through `dvc repro` in a copy of 
 
 import csv
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,9 @@ import pytest
 import yaml
 
 from cory.claims import final_value
+from cory.config import dotted_leaves
 from cory.views import write_views
+from smoke import clean_env, sh
 from test_report import FIGURES, load_fixture, write_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,17 +147,10 @@ def test_curves_are_the_mean_over_seeds_of_each_runs_history(views):
     assert float(passk[2]["cory_llm1"]) == pytest.approx(inputs.passk["cory_llm1"]["mean"]["4"], rel=1e-5)
 
 
-def leaves(tree: dict, prefix: str = "") -> dict[str, object]:
-    out = {}
-    for key, value in tree.items():
-        out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return out
-
-
 def test_the_headline_holds_each_groups_final_values_and_the_stage_results(views):
     outputs, inputs = views
     headline = json.loads((outputs / "metrics/headline.json").read_text())
-    flat = leaves(headline)
+    flat = dotted_leaves(headline)
     assert set(headline) == {"imdb", "math", "passk", "reward_model", "perplexity", "seconds"}
     assert all(isinstance(v, float) for v in flat.values()), flat
     kl = [final_value(y, 10) for y in inputs.runs["imdb"]["ppo"].curves("llm1/kl").values()]
@@ -189,36 +181,15 @@ def test_curve_files_of_runs_gone_from_the_inputs_are_removed(views, tmp_path):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def sh(*args: str, cwd: Path, env: dict) -> str:
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def env() -> dict:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    for name in ("MLFLOW_TRACKING_URI", "CORY_PARAMS"):
-        env.pop(name, None)
-    return env
+    return clean_env()
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory, env) -> Path:
-    """The tracked files (a fresh clone), switched to the smoke profile, reproduced and committed."""
-    repo = tmp_path_factory.mktemp("views_smoke") / "repo"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
-    for name in filter(None, files.stdout.split("\0")):
-        if (ROOT / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, repo / name)
-    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]
-    sh("git", "init", "-q", cwd=repo, env=env)
-    sh(sys.executable, "-m", "pipeline.profile", "smoke", cwd=repo, env=env)
-    sh("dvc", "repro", cwd=repo, env=env)
-    sh("git", "add", "-A", cwd=repo, env=env)
-    sh(*git, "commit", "-qm", "smoke results", cwd=repo, env=env)
-    return repo
+@pytest.fixture
+def clone(smoke_repo) -> Path:
+    """The smoke profile reproduced and committed (conftest.py's one `dvc repro` of the session)."""
+    return smoke_repo
 
 
 @pytest.mark.smoke
@@ -244,7 +215,7 @@ def test_dvc_metrics_show_prints_the_headline(clone, env):
     shown = json.loads(sh("dvc", "metrics", "show", "--json", cwd=clone, env=env))
     files = shown[""]["data"]
     assert list(files) == ["outputs/smoke/metrics/headline.json"]
-    flat = leaves(files["outputs/smoke/metrics/headline.json"]["data"])
+    flat = dotted_leaves(files["outputs/smoke/metrics/headline.json"]["data"])
     assert 20 < len(flat) < 60 and "imdb.cory.llm1.task_reward" in flat and "passk.ppo.pass@1" in flat
 
 

@@ -6,43 +6,15 @@ metric history.
 """
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from smoke import clean_env, sh
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.smoke
-
-
-def sh(*args: str, cwd: Path, env: dict | None = None) -> str:
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    return result.stdout
-
-
-@pytest.fixture(scope="module")
-def smoke_repo(tmp_path_factory) -> Path:
-    """A copy of the tracked files (as a fresh clone would have them), switched to the smoke profile and reproduced."""
-    repo = tmp_path_factory.mktemp("smoke") / "repo"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
-    for name in filter(None, files.stdout.split("\0")):
-        if (ROOT / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, repo / name)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true", "CORY_PIPELINE_RUN": "smoke-test"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("CORY_PARAMS", None)
-    sh("git", "init", "-q", cwd=repo)
-    sh("git", "add", "-A", cwd=repo)
-    sh("git", "-c", "user.name=ci", "-c", "user.email=ci@localhost", "commit", "-qm", "snapshot", cwd=repo)
-    sh(sys.executable, "-m", "pipeline.profile", "smoke", cwd=repo, env=env)
-    sh("dvc", "repro", cwd=repo, env=env)
-    return repo
 
 
 def declared_outputs(repo: Path) -> list[Path]:
@@ -116,8 +88,7 @@ def test_report_rebuilds_from_the_run_files_alone(smoke_repo, tmp_path):
         shutil.rmtree(repo / heavy)
     shutil.rmtree(repo / "reports/smoke")
     before = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    env.pop("CORY_PARAMS", None)
+    env = clean_env()
     sh("dvc", "repro", "--single-item", "report", cwd=repo, env=env)
     after = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
     assert (repo / "reports/smoke/REPORT.md").stat().st_size > 500
@@ -132,8 +103,7 @@ def test_editing_an_output_leaves_the_cache_intact_and_dvc_status_notices(smoke_
 
     repo = tmp_path / "repo"
     shutil.copytree(smoke_repo, repo, symlinks=True)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    env.pop("CORY_PARAMS", None)
+    env = clean_env()
     sh("dvc", "checkout", "--relink", "--force", cwd=repo, env=env)  # link the copy to its cache as configured
     prompts = repo / "outputs/smoke/data/imdb/prompts.jsonl"
     digest = hashlib.md5(prompts.read_bytes()).hexdigest()
@@ -152,8 +122,7 @@ def test_changing_one_runs_settings_retrains_that_run_only(smoke_repo, tmp_path)
     finished runs byte for byte (pipeline/train.py fingerprints; runs/ and checkpoints/ persist in dvc.yaml)."""
     repo = tmp_path / "repo"
     shutil.copytree(smoke_repo, repo, symlinks=True)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    env.pop("CORY_PARAMS", None)
+    env = clean_env()
     runs = repo / "outputs/smoke/runs"
     before = {p.parent.relative_to(runs): p.read_bytes() for p in runs.glob("*/*/seed0/summary.json")}
     profile = yaml.safe_load((repo / "profiles/smoke.yaml").read_text())
@@ -176,7 +145,7 @@ def test_ray_executor_trains_the_same_runs(smoke_repo, tmp_path):
 
     repo = tmp_path / "repo"
     shutil.copytree(smoke_repo, repo, symlinks=True)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = clean_env()
     env.pop("RAY_ADDRESS", None)
     runs = repo / "outputs/smoke/runs/math"
     histories = sorted(runs.glob("*/seed*/history.csv"))

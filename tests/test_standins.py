@@ -13,7 +13,7 @@ import yaml
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from cory.config import ConfigError
+from cory.config import ConfigError, dotted_leaves
 from cory.standins import (
     PROVENANCE,
     STANDINS,
@@ -196,10 +196,9 @@ def test_a_vocabulary_the_text_cannot_fill_is_an_error(texts):
 
 def test_overlay_replaces_exactly_the_paper_profiles_model_sources():
     from pipeline.profile import render
-    from scripts.build_standins import leaves
 
-    overlay = leaves(profile_overlay({name: f"standins/{name}" for name in STANDINS}))
-    paper = leaves(render("paper"))
+    overlay = dotted_leaves(profile_overlay({name: f"standins/{name}" for name in STANDINS}))
+    paper = dotted_leaves(render("paper"))
     assert {setting: paper[setting] for setting in overlay} == {  # a KeyError: the overlay would add a setting
         "base_models.imdb_small.source": "gpt2-large",
         "base_models.imdb_large.source": "gpt2-xl",
@@ -227,8 +226,8 @@ def test_build_script_writes_the_overlay_and_a_profile_differing_from_paper_just
         "reward_model.source": str(out / "distilbert-imdb"),
         "data.imdb.source": "package",
     }
-    assert build_standins.leaves(yaml.safe_load((out / "overlay.yaml").read_text())) == changes
-    paper, standins = build_standins.leaves(render("paper")), build_standins.leaves(render("paper_standins"))
+    assert build_standins.dotted_leaves(yaml.safe_load((out / "overlay.yaml").read_text())) == changes
+    paper, standins = build_standins.dotted_leaves(render("paper")), build_standins.dotted_leaves(render("paper_standins"))
     assert {k: v for k, v in standins.items() if paper.get(k) != v} == {**changes, "profile": "paper_standins"}
     assert paper.keys() == standins.keys() and standins["base_models.imdb_large.source"] == "gpt2-xl"  # not built
     assert AutoConfig.from_pretrained(standins["reward_model.source"]).model_type == "distilbert"

@@ -1,0 +1,44 @@
+"""The smoke pipeline for the tests that run DVC itself: one `dvc repro` of the smoke profile per test session
+(conftest.py's `smoke_repo`), shared by tests/test_pipeline_smoke.py and tests/test_dvc_views.py."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sh(*args: str, cwd: Path, env: dict | None = None) -> str:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result.stdout
+
+
+def clean_env(**extra: str) -> dict:
+    """The environment of a DVC or stage subprocess: no telemetry, and none of this shell's params or MLflow store."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true", **extra}
+    for name in ("MLFLOW_TRACKING_URI", "CORY_PARAMS"):
+        env.pop(name, None)
+    return env
+
+
+def reproduce_smoke(repo: Path) -> Path:
+    """A copy of the tracked files (as a fresh clone would have them) under `repo`, committed, switched to the smoke
+    profile, reproduced, and its git-tracked results committed (so a `git clone` of it has them, as users get them)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for name in filter(None, files.stdout.split("\0")):
+        if (ROOT / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+    env = clean_env(CORY_PIPELINE_RUN="smoke-test")
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]
+    sh("git", "init", "-q", cwd=repo)
+    sh("git", "add", "-A", cwd=repo)
+    sh(*git, "commit", "-qm", "snapshot", cwd=repo)
+    sh(sys.executable, "-m", "pipeline.profile", "smoke", cwd=repo, env=env)
+    sh("dvc", "repro", cwd=repo, env=env)
+    sh("git", "add", "-A", cwd=repo)
+    sh(*git, "commit", "-qm", "smoke results", cwd=repo)
+    return repo
