@@ -26,3 +26,5 @@ for wheel in pathlib.Path(sys.argv[1]).glob("*.whl"):
         kept += wheel.stat().st_size
 print(f"{sys.argv[1]}: {kept / 2**20:.1f} MiB of wheels the GPU machine lacks")
 PY
+# the image has certifi 2026.7.22, databricks-sdk (mlflow-skinny's) asks for >= 2026.10.19 (GPU call, 2026-11-27)
+$pip download -q --no-deps --only-binary=:all: -d "$dir" "certifi>=2026.10.19"
