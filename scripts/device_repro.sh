@@ -41,7 +41,8 @@ start() {
   # an earlier start of this TAG on this machine (its process group; other TAGs run on)
   [ -f "$WORK/job.pid" ] && kill -- "-$(cat "$WORK/job.pid")" 2>/dev/null && sleep 1
   rm -rf "$WORK" && mkdir -p "$WORK" && cp -a . "$WORK/" && cd "$WORK" || exit 1
-  git rev-parse -q --verify HEAD > /dev/null && git clean -fdxq   # only the tree as committed: no stale outputs
+  # no stale outputs: ignored files go (the tool sends the working tree; its .git may be older than that tree)
+  git rev-parse -q --verify HEAD > /dev/null && git clean -fdXq
   [ -n "${PROFILE:-}" ] && python3 -m pipeline.profile "$PROFILE"
   git rev-parse -q --verify HEAD > /dev/null || git init -q .
   git add -A && git -c user.name=repro -c user.email=repro@localhost commit -qm snapshot 2>/dev/null
