@@ -5,6 +5,7 @@ GPU memory, and the projected wall time of the whole profile (issue 10 item 3).
     python -m pipeline.profile paper_standins
     python -m scripts.bench_paper [--iterations 3] [--only math/cory ...] [--set ppo.batch_size=8 ...]
                                   [--out reports/paper/scale.json]
+    python -m scripts.bench_paper --combine A.json B.json ... [--out ...]   # merge earlier measurements (no GPU)
 
 For every run of every experiment group of the params (one eta of a sweep stands for all of them: the coefficient
 does not change the cost), it loads the run's base model as its `base_models.<name>.source` names it (a stand-in
@@ -105,11 +106,61 @@ def measure(job, params: dict, iterations: int, overrides: dict, device: str) ->
     seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
     return {"model": model, "params_total": total, "params_trainable": trainable,
             "n_agents": train.cory.n_agents, "lora_rank": train.lora_rank, "load_in_4bit": train.load_in_4bit,
-            "batch_size": train.ppo.batch_size, "response_length": list(train.ppo.generation.response_length),
+            "batch_size": train.ppo.batch_size, "mini_batch_size": train.ppo.mini_batch_size,
+            "gradient_accumulation_steps": train.ppo.gradient_accumulation_steps,
+            "samples_per_query": train.ppo.samples_per_query,
+            "response_length": list(train.ppo.generation.response_length),
             "iterations_timed": iterations, "seconds_per_iteration": seconds["iteration"],
             "split": {k: v for k, v in seconds.items() if k != "iteration"},
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "train_iterations": train.iterations}
+
+
+COST_KEYS = ("model", "n_agents", "lora_rank", "load_in_4bit", "batch_size", "mini_batch_size",
+             "gradient_accumulation_steps", "samples_per_query", "response_length")
+
+
+def cost_signature(params: dict, job, overrides: dict | None = None) -> tuple:
+    """What an iteration's cost depends on: the model, the agents and the shapes (not the KL coefficient, the
+    partner-reward coefficient or role exchange, which change no tensor's size)."""
+    from cory.config import TrainConfig, from_dict, merge, to_dict
+
+    train = from_dict(TrainConfig, merge(to_dict(job.train), overrides or {}), "train")
+    ppo = train.ppo
+    return (source_of(params, job.model), train.cory.n_agents, train.lora_rank, train.load_in_4bit, ppo.batch_size,
+            ppo.mini_batch_size, ppo.gradient_accumulation_steps, ppo.samples_per_query,
+            list(ppo.generation.response_length))
+
+
+def shape(signature: tuple) -> tuple:
+    """A cost signature with the model named by its last path part: a stand-in folder (standins/gpt2-large) has its
+    hub model's (gpt2-large) shapes."""
+    return (Path(signature[0]).name, *signature[1:])
+
+
+def combine(params: dict, files: list[str], only: list[str]) -> dict[str, dict]:
+    """Every run of the params from earlier bench files, without measuring: a file's measurement of the same run
+    with the same cost signature (the later file wins), else one of another run with that signature, marked
+    `estimated_from`. A run none of them matches is left out."""
+    measured = []  # (file, key, result) in file order
+    for path in files:
+        data = json.loads(Path(path).read_text())
+        for key, result in data["runs"].items():
+            if "error" not in result and all(k in result for k in COST_KEYS):
+                measured.append((path, key, {**result, "device": data["device"], "source": path}))
+    runs = {}
+    for group, run, job in plan(params, only):
+        key, signature = f"{group}/{run}", cost_signature(params, job)
+        same = [(k, r) for _, k, r in measured if shape(tuple(r[c] for c in COST_KEYS)) == shape(signature)]
+        exact = [r for k, r in same if k == key]
+        if exact:
+            runs[key] = exact[-1]
+        elif same:
+            runs[key] = {**same[-1][1], "estimated_from": same[-1][0]}
+        else:
+            continue
+        runs[key]["train_iterations"] = job.train.iterations  # per-iteration cost does not depend on it
+    return runs
 
 
 def projection(params: dict, runs: dict[str, dict]) -> dict:
@@ -137,8 +188,22 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--only", nargs="*", default=[], help="GROUP/RUN names (default: every run)")
     parser.add_argument("--set", action="append", default=[], help="a train setting for every run, e.g. ppo.batch_size=8")
     parser.add_argument("--out", default=None, help="default: reports/<profile>/scale.json")
+    parser.add_argument("--combine", nargs="+", default=None, metavar="JSON",
+                        help="measure nothing: take every run of the params from these bench files (see combine())")
     args = parser.parse_args(argv)
     params = load_params()
+    if args.combine:
+        out = Path(args.out or f"reports/{profile(params)}/scale.json")
+        runs = combine(params, args.combine, args.only)
+        missing = [f"{g}/{r}" for g, r, _ in plan(params, args.only) if f"{g}/{r}" not in runs]
+        result = {"profile": profile(params), "combined_from": args.combine, "runs": runs,
+                  "projection": projection(params, runs), "not_measured": missing}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"bench_paper: {len(runs)} runs ({sum('estimated_from' in r for r in runs.values())} estimated from a "
+              f"run of the same shape), {len(missing)} not measured; projected {result['projection']['hours']:.1f} h; "
+              f"wrote {out}")
+        return
     overrides: dict = {}
     for item in args.set:  # one KEY=VALUE each (a value may hold commas: [4, 8])
         key, _, value = item.partition("=")

@@ -44,3 +44,39 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     assert parts["imdb/ppo"] == pytest.approx(seeds * ppo["train_iterations"] * ppo["seconds_per_iteration"])
     assert ppo["train_iterations"] == iterations
     assert result["projection"]["seconds"] == pytest.approx(sum(parts.values()))
+
+
+def test_combine_takes_each_run_from_a_measurement_of_its_own_shape(standin_params, tmp_path, monkeypatch):
+    """--combine measures nothing: a run measured with the profile's shapes is taken as it is (the later file wins),
+    a run of the same shape (a fixed-KL sweep run, an ablation) is estimated from it, and a measurement at other
+    micro-batches is never used."""
+    path, params = standin_params
+    monkeypatch.setenv("CORY_PARAMS", str(path))
+    ppo = params["train"]["ppo"]
+    mini, accum = ppo["mini_batch_size"], ppo["gradient_accumulation_steps"]
+
+    def bench(runs: dict, mini_batch: int) -> str:
+        entry = {"model": "standins/gpt2-large", "n_agents": None, "lora_rank": None, "load_in_4bit": False,
+                 "batch_size": ppo["batch_size"], "mini_batch_size": mini_batch, "gradient_accumulation_steps":
+                 ppo["batch_size"] // mini_batch, "samples_per_query": 1, "response_length":
+                 ppo["generation"]["response_length"], "peak_gpu_gib": 1.0}
+        file = tmp_path / f"bench{len(list(tmp_path.iterdir()))}.json"
+        file.write_text(json.dumps({"device": "test", "runs": {
+            key: {**entry, "n_agents": agents, "seconds_per_iteration": seconds} for key, (agents, seconds) in runs.items()}}))
+        return str(file)
+
+    other = bench({"imdb/ppo": (1, 9.0), "imdb/cory": (2, 9.0)}, mini // 2)  # other micro-batches: never used
+    first = bench({"imdb/ppo": (1, 1.0), "imdb/cory": (2, 2.0)}, mini)
+    later = bench({"imdb/ppo": (1, 1.5)}, mini)
+    out = tmp_path / "scale.json"
+    bench_paper.main(["--combine", other, first, later, "--only", "imdb/ppo", "imdb/cory", "imdb/cory_no_rex",
+                      "pareto/cory", "imdb/ppo_2x", "--out", str(out)])
+    result = json.loads(out.read_text())
+    runs = result["runs"]
+    assert accum == ppo["batch_size"] // mini
+    assert runs["imdb/ppo"]["seconds_per_iteration"] == 1.5 and "estimated_from" not in runs["imdb/ppo"]
+    assert runs["imdb/cory"]["seconds_per_iteration"] == 2.0
+    for key in ("imdb/cory_no_rex", "pareto/cory"):
+        assert runs[key]["seconds_per_iteration"] == 2.0 and runs[key]["estimated_from"] == "imdb/cory"
+    assert result["not_measured"] == ["imdb/ppo_2x"]  # another model: nothing of its shape was measured
+    assert result["projection"]["seconds"] == pytest.approx(sum(result["projection"]["per_run_seconds"].values()))
