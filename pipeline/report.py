@@ -4,7 +4,8 @@
 
 Reads params `report` (cory.settings.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile`,
 `seeds` and `experiments` (which group sweeps each task's KL coefficient, and a group's own seeds), and every run
-of outputs/<profile>/runs/, eval/passk.json and metrics/; writes reports/<profile>/ (see cory.report.write_report) and DVC's views of the results, outputs/<profile>/metrics/headline.json and
+of outputs/<profile>/runs/, eval/passk.json and metrics/ (and profiles/notes/<profile>.md, the maintainers' notes on
+the run, if it exists); writes reports/<profile>/ (see cory.report.write_report) and DVC's views of the results, outputs/<profile>/metrics/headline.json and
 metrics/curves/ (cory.views). A missing run folder, seed folder or input file stops the stage with one line naming
 it, before any figure is drawn.
 First it logs to MLflow every run that DVC restored from its cache instead of running it (cory.tracking.sync_runs):
@@ -37,7 +38,9 @@ def main() -> None:
         logged = sync_runs(out_dir(params, "runs"), name, {group: exp.task for group, exp in experiments.items()})
         if logged:
             print(f"report: {len(logged)} run(s) restored by DVC now listed in MLflow")
-        claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, experiments, seeds(params), name)
+        notes = ROOT / "profiles" / "notes" / f"{name}.md"  # maintainers' words on this run, if any
+        claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, experiments, seeds(params), name,
+                              notes.read_text() if notes.is_file() else None)
         # DVC's views (cory.views): headline.json (`dvc metrics`) and the curve tables (`dvc plots`), git-tracked
         write_views(load_inputs(out_dir(params), experiments, seeds(params)), out_dir(params, "metrics"), cfg.last_n)
         log_pipeline_run(name, out_dir(params, "runs"), out_dir(params, "eval", "passk.json"), ROOT / "reports" / name)
