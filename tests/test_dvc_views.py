@@ -235,4 +235,4 @@ def test_dvc_exp_run_sets_a_param_and_exp_show_compares_it_with_the_workspace(cl
     assert any("last2" in row for row in rows)
     full = next(csv.reader(sh("dvc", "exp", "show", "--csv", cwd=repo, env=env).splitlines()))
     assert not any(column.startswith("report.deviations") for column in full)
-    assert len(full) < 300
+    assert len(full) < 320  # every param leaf and metric (302 on 2026-11-27; 590 before the views were redone)
