@@ -66,8 +66,10 @@ def write(group: str, iterations: int | None, seed_list: list[int] | None, runs:
         base = params["tasks"][variant_group["task"]]["model"]
         params["evaluation"]["models"] = {"base": f"models/{base}", **{
             name: f"checkpoints/{GROUP}/{name}/seed{{seed}}/llm1" for name in variant_group["runs"]}}
-    if iterations:
+    if iterations:  # the group's own train.iterations (the default's math groups set one) would win over the top level
         params["train"]["iterations"] = iterations
+        if "iterations" in (variant_group.get("train") or {}):
+            variant_group["train"]["iterations"] = iterations
     if seed_list:
         params["seeds"] = seed_list
     return params
