@@ -294,7 +294,7 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     else:
         lines += ["(no stage timing files were found)"]
     lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
-              "runtime.workers of them at once on one GPU):", ""]
+              "runtime.workers of them at once on each GPU it sees):", ""]
     swept = [by_eta for sweep in inputs.sweeps.values() for by_eta in sweep.runs.values()]
     every_run = [run for group in (*inputs.runs.values(), *swept) for run in group.values()]
     rows = [[run.name, mean_std(list(run.wall_time_s.values()))[0], mean_std(list(run.peak_gpu_memory_gib.values()))[0]]

@@ -120,12 +120,10 @@ COST_KEYS = ("model", "n_agents", "lora_rank", "load_in_4bit", "batch_size", "mi
              "gradient_accumulation_steps", "samples_per_query", "response_length")
 
 
-def cost_signature(params: dict, job, overrides: dict | None = None) -> tuple:
-    """What an iteration's cost depends on: the model, the agents and the shapes (not the KL coefficient, the
-    partner-reward coefficient or role exchange, which change no tensor's size)."""
-    from cory.config import TrainConfig, from_dict, merge, to_dict
-
-    train = from_dict(TrainConfig, merge(to_dict(job.train), overrides or {}), "train")
+def cost_signature(params: dict, job) -> tuple:
+    """What an iteration's cost depends on, in COST_KEYS' order: the model, the agents and the shapes (not the KL
+    coefficient, the partner-reward coefficient or role exchange, which change no tensor's size)."""
+    train = job.train
     ppo = train.ppo
     return (source_of(params, job.model), train.cory.n_agents, train.lora_rank, train.load_in_4bit, ppo.batch_size,
             ppo.mini_batch_size, ppo.gradient_accumulation_steps, ppo.samples_per_query,
