@@ -87,11 +87,15 @@ def test_report_rebuilds_from_the_run_files_alone(smoke_repo, tmp_path):
     for heavy in ("outputs/smoke/checkpoints", "outputs/smoke/models", ".dvc/cache"):
         shutil.rmtree(repo / heavy)
     shutil.rmtree(repo / "reports/smoke")
+    # a measurement kept beside the report (as reports/paper/scale.json is) survives the stage: its out persists
+    (repo / "reports/smoke").mkdir()
+    (repo / "reports/smoke/scale.json").write_text("{}\n")
     before = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
     env = clean_env()
     sh("dvc", "repro", "--single-item", "report", cwd=repo, env=env)
     after = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
     assert (repo / "reports/smoke/REPORT.md").stat().st_size > 500
+    assert (repo / "reports/smoke/scale.json").read_text() == "{}\n"
     assert after["report"]["deps"] == before["report"]["deps"]
     assert {k: v for k, v in after.items() if k != "report"} == {k: v for k, v in before.items() if k != "report"}
 
