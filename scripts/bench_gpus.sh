@@ -10,6 +10,7 @@ groups=${*:-imdb}
 all=${ALL:-$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")}  # ALL=0,1 to choose
 dvc repro prepare_imdb prepare_math base_model@imdb_small base_model@imdb_large base_model@math reward_model
 profile=$(python3 -c "import yaml; print(yaml.safe_load(open('params.yaml'))['profile'])")
+: > /tmp/bench-gpus.times   # "GPUS SECONDS" per training, this call's only
 for gpus in 0 "$all"; do
   copy=/tmp/bench-gpus-${gpus//,/_}
   rm -rf "$copy" && cp -a . "$copy"
@@ -22,7 +23,7 @@ python3 - "$profile" "$all" <<'PY' | tee ${OUT:+"$OUT/bench_gpus.txt"}
 import csv, sys
 from pathlib import Path
 profile, all_gpus = sys.argv[1], sys.argv[2]
-times = dict(line.split() for line in open("/tmp/bench-gpus.times").read().splitlines()[-2:])
+times = dict(line.split() for line in open("/tmp/bench-gpus.times").read().splitlines())
 one, many = (Path(f"/tmp/bench-gpus-{g.replace(',', '_')}/outputs/{profile}/runs") for g in ("0", all_gpus))
 histories = sorted(one.glob("*/*/seed*/history.csv"))
 iterations = sum(sum(1 for _ in open(h)) - 1 for h in histories)

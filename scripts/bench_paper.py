@@ -29,16 +29,14 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
+from scripts.common import QUERY_WORDS, set_dotted
 
 
 def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] | None]:
     """n queries of the task's kind (their content does not change the cost, their length does a little)."""
     rng = random.Random(seed)
     if task == "sentiment":
-        return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8))) for _ in range(n)], None
+        return [" ".join(rng.choice(QUERY_WORDS) for _ in range(rng.randint(2, 8))) for _ in range(n)], None
     from cory.mathgen import MathGenConfig, generate_problems
 
     problems = generate_problems(MathGenConfig(n_pretrain=0, n_rl=n, n_test=0, seed=seed))["rl"]
@@ -104,52 +102,44 @@ def measure(job, params: dict, iterations: int, overrides: dict, device: str) ->
         if it:
             timings.append({k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")})
     seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
-    return {"model": model, "params_total": total, "params_trainable": trainable,
-            "n_agents": train.cory.n_agents, "lora_rank": train.lora_rank, "load_in_4bit": train.load_in_4bit,
-            "batch_size": train.ppo.batch_size, "mini_batch_size": train.ppo.mini_batch_size,
-            "gradient_accumulation_steps": train.ppo.gradient_accumulation_steps,
-            "samples_per_query": train.ppo.samples_per_query,
-            "response_length": list(train.ppo.generation.response_length),
+    return {**cost_fields(model, train), "params_total": total, "params_trainable": trainable,
             "iterations_timed": iterations, "seconds_per_iteration": seconds["iteration"],
             "split": {k: v for k, v in seconds.items() if k != "iteration"},
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "train_iterations": train.iterations}
 
 
-COST_KEYS = ("model", "n_agents", "lora_rank", "load_in_4bit", "batch_size", "mini_batch_size",
-             "gradient_accumulation_steps", "samples_per_query", "response_length")
-
-
-def cost_signature(params: dict, job) -> tuple:
-    """What an iteration's cost depends on, in COST_KEYS' order: the model, the agents and the shapes (not the KL
-    coefficient, the partner-reward coefficient or role exchange, which change no tensor's size)."""
-    train = job.train
+def cost_fields(model: str, train) -> dict:
+    """What an iteration's cost depends on: the model, the agents and the shapes (not the KL coefficient, the
+    partner-reward coefficient or role exchange, which change no tensor's size). Every measurement records them."""
     ppo = train.ppo
-    return (source_of(params, job.model), train.cory.n_agents, train.lora_rank, train.load_in_4bit, ppo.batch_size,
-            ppo.mini_batch_size, ppo.gradient_accumulation_steps, ppo.samples_per_query,
-            list(ppo.generation.response_length))
+    return {"model": model, "n_agents": train.cory.n_agents, "lora_rank": train.lora_rank,
+            "load_in_4bit": train.load_in_4bit, "batch_size": ppo.batch_size, "mini_batch_size": ppo.mini_batch_size,
+            "gradient_accumulation_steps": ppo.gradient_accumulation_steps, "samples_per_query": ppo.samples_per_query,
+            "response_length": list(ppo.generation.response_length)}
 
 
-def shape(signature: tuple) -> tuple:
-    """A cost signature with the model named by its last path part: a stand-in folder (standins/gpt2-large) has its
-    hub model's (gpt2-large) shapes."""
-    return (Path(signature[0]).name, *signature[1:])
+def shape(fields: dict, result: dict) -> dict | None:
+    """`result`'s values of the cost `fields`, the model named by its last path part (a stand-in folder,
+    standins/gpt2-large, has its hub model's shapes); None where the result lacks one (an older file, an error)."""
+    if "error" in result or any(key not in result for key in fields):
+        return None
+    return {key: Path(result[key]).name if key == "model" else result[key] for key in fields}
 
 
 def combine(params: dict, files: list[str], only: list[str]) -> dict[str, dict]:
     """Every run of the params from earlier bench files, without measuring: a file's measurement of the same run
-    with the same cost signature (the later file wins), else one of another run with that signature, marked
+    with the same cost fields (the later file wins), else one of another run with those fields, marked
     `estimated_from`. A run none of them matches is left out."""
-    measured = []  # (file, key, result) in file order
+    measured = []  # (key, result) in file order
     for path in files:
         data = json.loads(Path(path).read_text())
-        for key, result in data["runs"].items():
-            if "error" not in result and all(k in result for k in COST_KEYS):
-                measured.append((path, key, {**result, "device": data["device"], "source": path}))
+        measured += [(key, {**result, "device": data["device"], "source": path}) for key, result in data["runs"].items()]
     runs = {}
     for group, run, job in plan(params, only):
-        key, signature = f"{group}/{run}", cost_signature(params, job)
-        same = [(k, r) for _, k, r in measured if shape(tuple(r[c] for c in COST_KEYS)) == shape(signature)]
+        key, fields = f"{group}/{run}", cost_fields(source_of(params, job.model), job.train)
+        want = shape(fields, fields)
+        same = [(k, r) for k, r in measured if shape(fields, r) == want]
         exact = [r for k, r in same if k == key]
         if exact:
             runs[key] = exact[-1]
@@ -190,13 +180,13 @@ def main(argv: list[str]) -> None:
                         help="measure nothing: take every run of the params from these bench files (see combine())")
     args = parser.parse_args(argv)
     params = load_params()
+    out = Path(args.out or f"reports/{profile(params)}/scale.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     if args.combine:
-        out = Path(args.out or f"reports/{profile(params)}/scale.json")
         runs = combine(params, args.combine, args.only)
         missing = [f"{g}/{r}" for g, r, _ in plan(params, args.only) if f"{g}/{r}" not in runs]
         result = {"profile": profile(params), "combined_from": args.combine, "runs": runs,
                   "projection": projection(params, runs), "not_measured": missing}
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"bench_paper: {len(runs)} runs ({sum('estimated_from' in r for r in runs.values())} estimated from a "
               f"run of the same shape), {len(missing)} not measured; projected {result['projection']['hours']:.1f} h; "
@@ -204,16 +194,9 @@ def main(argv: list[str]) -> None:
         return
     overrides: dict = {}
     for item in args.set:  # one KEY=VALUE each (a value may hold commas: [4, 8])
-        key, _, value = item.partition("=")
-        node = overrides
-        *parents, leaf = key.strip().split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+        set_dotted(overrides, item)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    out = Path(args.out or f"reports/{profile(params)}/scale.json")
     runs: dict[str, dict] = {}
-    out.parent.mkdir(parents=True, exist_ok=True)
     chosen = plan(params, args.only)
     if not chosen:
         raise SystemExit(f"bench_paper: no run of the params matches --only {' '.join(args.only)}")

@@ -25,9 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from scripts.common import dotted_overrides
-
-WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
+from scripts.common import QUERY_WORDS, dotted_overrides
 
 
 def build(group: str, run: str, work: Path, variant: str = ""):
@@ -56,7 +54,7 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     else:
         reward = build_reward("math")
     rng = np.random.default_rng(0)
-    prompts = [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 8)))) for _ in range(job.train.ppo.queries_per_batch)]
+    prompts = [" ".join(rng.choice(QUERY_WORDS, size=int(rng.integers(2, 8)))) for _ in range(job.train.ppo.queries_per_batch)]
     return job.train, lm, tokenizer, reward, prompts
 
 

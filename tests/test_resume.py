@@ -4,6 +4,7 @@ batch sequence all come back."""
 
 import csv
 import json
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -15,6 +16,24 @@ from cory.trainer import Trainer
 from tiny import tiny_lm, tiny_tokenizer
 
 ITERATIONS = 7
+
+
+@contextmanager
+def killed_on_step(monkeypatch, call: int):
+    """Trainer.step raises KeyboardInterrupt on its `call`-th call inside the block (a kill mid-run), which the block
+    must end with; the real step is back afterwards."""
+    real_step, calls = Trainer.step, []
+
+    def dies(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "step", dies)
+    with pytest.raises(KeyboardInterrupt):
+        yield
+    monkeypatch.setattr(Trainer, "step", real_step)
 
 
 @pytest.fixture(scope="module")
@@ -49,19 +68,9 @@ def test_a_killed_run_resumes_to_the_uninterrupted_history(task, tmp_path, monke
     run_training(whole, "cpu", checkpoint_every=2)
 
     killed = job(task, tmp_path / "killed", n_agents)
-    real_step, calls = Trainer.step, []
-
-    def dies_in_iteration_5(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 6:  # iterations 0-4 done, the checkpoint after iteration 3 in force
-            raise KeyboardInterrupt
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "step", dies_in_iteration_5)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_on_step(monkeypatch, 6):  # iterations 0-4 done, the checkpoint after iteration 3 in force
         run_training(killed, "cpu", checkpoint_every=2)
     assert len(history(tmp_path / "killed/run")) == 5 and (tmp_path / "killed/ckpt/resume/latest").is_file()
-    monkeypatch.setattr(Trainer, "step", real_step)
     summary = run_training(killed, "cpu", checkpoint_every=2)
 
     assert summary["resumed_after"] == 3
@@ -75,19 +84,8 @@ def test_a_killed_run_resumes_to_the_uninterrupted_history(task, tmp_path, monke
 
 def test_a_checkpoint_of_another_fingerprint_is_refused(task, tmp_path, monkeypatch):
     first = job(task, tmp_path, 1)
-    real_step = Trainer.step
-    calls = []
-
-    def dies(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "step", dies)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_on_step(monkeypatch, 4):
         run_training(first, "cpu", checkpoint_every=2)
-    monkeypatch.setattr(Trainer, "step", real_step)
     first.fingerprint = "f2"
     with pytest.raises(ValueError, match="belongs to another version of g/r/seed0"):
         run_training(first, "cpu", checkpoint_every=2)

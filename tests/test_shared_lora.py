@@ -17,7 +17,7 @@ from cory.learner import make_experience, ppo_update
 from cory.rollout import forward_response, generate
 from cory.trainer import Trainer
 
-from test_resume import history, job, task  # noqa: F401 (task: the tiny model and prompt file, a fixture)
+from test_resume import history, job, killed_on_step, task  # noqa: F401 (task: the tiny model and prompt file, a fixture)
 from test_trainer import QUERIES, config, fixed_rollout
 from tiny import good_word_reward, tiny_lm, tiny_tokenizer
 
@@ -358,21 +358,11 @@ def test_a_killed_lora_cory_run_resumes_to_the_uninterrupted_history(task, tmp_p
         return run
 
     run_training(lora_job(tmp_path / "whole"), "cpu", checkpoint_every=2)
-    real_step, calls = Trainer.step, []
-
-    def dies_in_iteration_5(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 6:
-            raise KeyboardInterrupt
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "step", dies_in_iteration_5)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_on_step(monkeypatch, 6):
         run_training(lora_job(tmp_path / "killed"), "cpu", checkpoint_every=2)
     checkpoint = next((tmp_path / "killed/ckpt/resume").glob("it*"))
     assert sum(f.stat().st_size for f in checkpoint.glob("llm*.safetensors")) < 0.1 * (
         tmp_path / "whole/ckpt/llm1/model.safetensors").stat().st_size  # adapters and value heads, no base
-    monkeypatch.setattr(Trainer, "step", real_step)
     assert run_training(lora_job(tmp_path / "killed"), "cpu", checkpoint_every=2)["resumed_after"] == 3
     assert history(tmp_path / "killed/run") == history(tmp_path / "whole/run")
     for agent in ["llm1", "llm2"]:
