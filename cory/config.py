@@ -77,9 +77,16 @@ class GenerationConfig:
     """Never sample EOS, so every response has the drawn length. GPT-2 Large almost never ends a review within 16
     tokens; a small model trained with EOS after every review does, and PPO then learns to end at once, since an
     empty response carries the least summed KL penalty (seen on IMDB: length 1, entropy 0 by iteration 100)."""
+    cache: str = "dynamic"
+    """The key/value cache of `generate`: "dynamic" (transformers' default, grown token by token) or "static": one
+    preallocated cache per batch size and length (rounded up to 64 tokens, so a few shapes recur) that the model keeps
+    between iterations; on a GPU transformers then compiles the decoding step (torch.compile "reduce-overhead", CUDA
+    graphs), which pays where a small model's generation is bound by kernel launches (the speed issue). Samples the
+    same tokens as "dynamic" up to float rounding (tests/test_rollout.py)."""
 
     def __post_init__(self) -> None:
         path = section_path("train.ppo.generation")
+        check(self.cache in ("dynamic", "static"), f"{path}.cache", f"must be dynamic or static, got {self.cache!r}")
         lo, hi = self.response_length
         check(1 <= lo <= hi, f"{path}.response_length", f"need 1 <= min <= max, got {list(self.response_length)}")
         check(self.top_k >= 0, f"{path}.top_k", f"must be >= 0, got {self.top_k}")

@@ -127,10 +127,12 @@ def generate(
     step = batch_size or len(prompts)
     for start in range(0, len(prompts), step):
         enc = tokenizer(prompts[start : start + step], return_tensors="pt", padding=True).to(device)
+        cache = static_cache(model, enc.input_ids.shape, max_new_tokens) if gen.cache == "static" else {}
         with autocast(device, mixed_precision):
             out = model.generate(
                 input_ids=enc.input_ids,
                 attention_mask=enc.attention_mask,
+                **cache,
                 do_sample=True,
                 max_new_tokens=max_new_tokens,
                 min_new_tokens=max_new_tokens if gen.suppress_eos else None,
@@ -150,6 +152,25 @@ def generate(
     response_mask = response_mask * _pad_cat([torch.ones_like(c[2]) for c in chunks], 0, left=False)
     responses = decode_responses(tokenizer, response_ids, response_mask)
     return Rollout(prompt_ids, prompt_mask, response_ids, response_mask, list(prompts), responses)
+
+
+def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, multiple: int = 64) -> dict:
+    """`past_key_values` for `generate`: a transformers StaticCache for this batch size and a length of prompt +
+    response rounded up to `multiple` (capped at the model's positions), kept on the model and reset between calls,
+    so that its tensors keep their addresses and a compiled decoding step (CUDA graphs) is replayed, not re-recorded."""
+    from transformers import StaticCache
+
+    config = model.config
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    length = -(-(prompt_shape[1] + max_new_tokens) // multiple) * multiple
+    length = min(length, limit) if limit else length
+    caches = model.__dict__.setdefault("_cory_static_caches", {})  # plain attribute: not a submodule or state
+    key = (prompt_shape[0], length)
+    if key not in caches:
+        caches[key] = StaticCache(config=config, max_cache_len=length)
+    else:
+        caches[key].reset()
+    return {"past_key_values": caches[key]}
 
 
 def _pad_cat(tensors: list[torch.Tensor], value: int, left: bool) -> torch.Tensor:

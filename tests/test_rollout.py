@@ -57,6 +57,31 @@ def test_generate_shapes_masks_and_texts():
     assert chunked.prompt_ids.tolist() == rollout.prompt_ids.tolist()
 
 
+def test_a_static_cache_samples_what_the_dynamic_one_does_and_is_kept_between_calls():
+    lm, tok = tiny_lm(), tiny_tokenizer()
+    prompts = ["the movie", "good", "the film was very", "a plot"] * 3
+    rollouts = {}
+    for cache in ("dynamic", "static", "static"):  # the second static call reuses (and resets) the first's cache
+        torch.manual_seed(0)
+        gen = GenerationConfig(response_length=(7, 7), repetition_penalty=1.1, cache=cache)
+        rollouts.setdefault(cache, []).append(generate(lm, tok, prompts, gen, max_new_tokens=7))
+    dynamic = rollouts["dynamic"][0]
+    for static in rollouts["static"]:
+        assert static.response_ids.tolist() == dynamic.response_ids.tolist()
+        assert static.responses == dynamic.responses
+    assert list(lm._cory_static_caches) == [(len(prompts), 64)]  # prompt 4 + 7 tokens, rounded up to 64
+    assert "_cory_static_caches" not in dict(lm.named_modules()) and not any("static" in k for k in lm.state_dict())
+
+
+def test_generation_cache_must_be_dynamic_or_static():
+    import pytest
+
+    from cory.config import ConfigError
+
+    with pytest.raises(ConfigError, match="cache"):
+        GenerationConfig(cache="paged")
+
+
 def test_suppress_eos_gives_every_response_the_drawn_length():
     torch.manual_seed(0)
     lm, tok = tiny_lm(), tiny_tokenizer()
