@@ -187,6 +187,11 @@ class PPOConfig:
     """On a GPU, run the RL forward passes (sampling, experience, update) under bf16 autocast; false runs them in
     fp32 with TF32 matmuls, which skips autocast's cast kernels (small models are bound by kernel launches; compare
     with python -m scripts.bench_rl). Weights, optimizer and the PPO math stay fp32 either way."""
+    compile: bool = False
+    """torch.compile (dynamic shapes) the policy's, value head's and reference's forward passes of the experience and
+    the update (not sampling: `generation.cache` "static" compiles that). Fuses a small model's many small kernels,
+    where a step is bound by launches, at the price of a compilation in each process (cached on disk between them).
+    Full fine-tuning only (not with train.lora_rank)."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings."""
 
@@ -336,6 +341,8 @@ class TrainConfig:
             check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
         check(self.lora_rank is None or self.lora_rank > 0, f"{path}.lora_rank", f"must be > 0 or null, got {self.lora_rank}")
         check(self.lora_alpha > 0, f"{path}.lora_alpha", f"must be > 0, got {self.lora_alpha}")
+        check(not (self.ppo.compile and self.lora_rank is not None), f"{path}.ppo.compile",
+              "compiles full fine-tuning only; set it false with train.lora_rank")
         check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",
               "needs lora_rank: 4-bit weights cannot be fine-tuned, only adapters on them")
 

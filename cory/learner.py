@@ -74,7 +74,7 @@ def make_experience(
     for start in range(0, len(rollout.prompts), chunk):
         part = rollout.select(torch.arange(start, min(start + chunk, len(rollout.prompts)), device=device))
         with autocast(device, cfg.mixed_precision):
-            logits, values = forward_response(agent.lm, part, agent.value_head)
+            logits, values = forward_response(agent.forward_lm, part, agent.value_head)
             ref_logits, _ = forward_response(ref_lm, part)
         parts.append(
             (
@@ -180,7 +180,7 @@ def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor):
     part = exp.rollout.select(idx)
     mask = part.response_mask.float()
     with autocast(agent.device, cfg.mixed_precision):
-        logits, values = forward_response(agent.lm, part, agent.value_head)
+        logits, values = forward_response(agent.forward_lm, part, agent.value_head)
     logprobs = ppo.logprobs_of(logits, part.response_ids)
     pg_loss, pg_stats = ppo.policy_loss(logprobs, exp.logprobs[idx], exp.advantages[idx], mask, cfg.cliprange)
     vf_loss, vf_stats = ppo.value_loss(values.float(), exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value)

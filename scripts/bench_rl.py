@@ -1,7 +1,8 @@
 """Benchmark: where an RL iteration's time goes, and how many runs should share one GPU.
 
     python -m scripts.bench_rl [--group imdb --run cory] [--iterations 6] [--workers 1 4 8 14] [--profile]
-                               [--variant ppo.mixed_precision=false ...]        (from the project root)
+                               [--variant ppo.mixed_precision=false ...] [--warmup 2] [--trace DIR]
+                                                                                (from the project root)
 
 Builds the profile's run (params.yaml or $CORY_PARAMS: its resolved train config, model shape and prompt template) on randomly
 initialised models of the same shapes (the time of a step does not depend on the weights, and no pipeline stage has
@@ -9,7 +10,9 @@ to run first), then prints
   - one process alone: seconds per iteration, split into generation / scoring / update (cory.trainer timings);
   - with --workers: N processes training at once on the GPU, as the train stage runs them, and the throughput
     (iterations per second over all of them) relative to one process, measured side by side in this one run;
-  - with --profile: the CUDA kernels that take the most GPU time in one iteration;
+  - with --profile: the CUDA kernels that take the most GPU time in one iteration, and the host-side operators
+    that take the most CPU time; with --trace DIR also that iteration's Chrome trace (DIR/<group>-<run>-<n>.json,
+    n the variant's index; open in chrome://tracing or Perfetto);
   - with --variant: the same measurements again with those train settings changed (comma-separated dotted
     KEY=VALUE, values read as YAML), after the profile's own settings, in this one run.
 Nothing is written; it needs a GPU to say anything useful (on CPU it runs, slowly).
@@ -59,7 +62,7 @@ def build(group: str, run: str, work: Path, variant: str = ""):
 
 
 def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, profile: bool = False,
-                    variant: str = "", barrier=None) -> dict:
+                    variant: str = "", barrier=None, trace: Path | None = None) -> dict:
     """Train `warmup + iterations` iterations; returns mean seconds per iteration and per phase (after warmup)."""
     import torch
 
@@ -87,25 +90,34 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
             with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 trainer.step(prompts, answers)
                 torch.cuda.synchronize()
-            result["profile"] = prof.key_averages().table(sort_by="cuda_time_total", row_limit=20)
+            averages = prof.key_averages()
+            kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
+            busy_ms = sum(e.self_device_time_total for e in kernels) / 1e3
+            result["profile"] = (f"GPU kernels in one iteration: {sum(e.count for e in kernels)} launches, busy "
+                                 f"{busy_ms:.1f} ms (of {1e3 * result['wall_per_iteration']:.0f} ms per iteration)\n"
+                                 + averages.table(sort_by="cuda_time_total", row_limit=20) + "\n"
+                                 + averages.table(sort_by="self_cpu_time_total", row_limit=20))
+            if trace is not None:
+                trace.parent.mkdir(parents=True, exist_ok=True)
+                prof.export_chrome_trace(str(trace))
     return result
 
 
 def _worker(args):
-    group, run, iterations, variant, barrier, workers = args
+    group, run, iterations, warmup, variant, barrier, workers = args
     from pipeline.train import share_cpus
 
     share_cpus(workers)  # as the train stage's workers do
-    return time_iterations(group, run, iterations, variant=variant, barrier=barrier)
+    return time_iterations(group, run, iterations, warmup, variant=variant, barrier=barrier)
 
 
-def concurrent(group: str, run: str, iterations: int, workers: int, variant: str = "") -> list[dict]:
+def concurrent(group: str, run: str, iterations: int, workers: int, variant: str = "", warmup: int = 2) -> list[dict]:
     """`workers` processes training at once (all start their warm-up together); each one's timings."""
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         barrier = manager.Barrier(workers)
         with context.Pool(workers) as pool:
-            return pool.map(_worker, [(group, run, iterations, variant, barrier, workers)] * workers)
+            return pool.map(_worker, [(group, run, iterations, warmup, variant, barrier, workers)] * workers)
 
 
 def main() -> None:
@@ -115,16 +127,19 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--workers", type=int, nargs="*", default=[])
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compilation happens here)")
+    parser.add_argument("--trace", type=Path, help="with --profile: write each variant's Chrome trace here")
     parser.add_argument("--variant", action="append", default=[], help="e.g. ppo.mixed_precision=false")
     args = parser.parse_args()
 
     import torch
 
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    print(f"bench_rl: {args.group}/{args.run} on {name}, {args.iterations} timed iterations after 2 warm-up")
-    for variant in ["", *args.variant]:
+    print(f"bench_rl: {args.group}/{args.run} on {name}, {args.iterations} timed iterations after {args.warmup} warm-up")
+    for n, variant in enumerate(["", *args.variant]):
         label = variant or "the profile's settings"
-        alone = time_iterations(args.group, args.run, args.iterations, profile=args.profile, variant=variant)
+        trace = args.trace / f"{args.group}-{args.run}-{n}.json" if args.trace else None
+        alone = time_iterations(args.group, args.run, args.iterations, args.warmup, args.profile, variant, trace=trace)
         profile = alone.pop("profile", None)
         print(f"[{label}] one process alone, seconds per iteration: "
               + ", ".join(f"{k} {v:.3f}" for k, v in alone.items()))
@@ -132,7 +147,7 @@ def main() -> None:
             print(profile)
         base = 1.0 / alone["wall_per_iteration"]
         for workers in args.workers:
-            results = concurrent(args.group, args.run, args.iterations, workers, variant)
+            results = concurrent(args.group, args.run, args.iterations, workers, variant, args.warmup)
             per_iteration = statistics.mean(r["wall_per_iteration"] for r in results)
             throughput = workers / per_iteration
             phases = ", ".join(f"{k} {statistics.mean(r[k] for r in results):.3f}"
