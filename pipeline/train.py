@@ -30,8 +30,11 @@ import json
 import multiprocessing
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,8 +93,47 @@ def share_cpus(workers: int) -> None:
     threads on 16 cores. Called in every worker before it does any work."""
     import torch
 
+    share = max(1, (os.cpu_count() or 1) // workers)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(share))  # torch.compile's workers (read when it starts)
+    torch.set_num_threads(share)
+
+
+@contextmanager
+def mps_daemon(enabled: bool):
+    """A private CUDA MPS daemon for the duration of the block (runtime.mps), so that processes started inside it
+    share each GPU's compute at once; its pipe and log folders go into a temporary folder named by
+    CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY, which worker processes inherit. Not enabled, or no
+    `nvidia-cuda-mps-control` on PATH, or a daemon that does not start: the block runs without (and says so)."""
+    control = shutil.which("nvidia-cuda-mps-control") if enabled else None
+    if enabled and control is None:
+        print("[train] runtime.mps: nvidia-cuda-mps-control is not on PATH; the runs take turns on the GPU", flush=True)
+    if control is None:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="cory-mps-") as tmp:
+        env = {"CUDA_MPS_PIPE_DIRECTORY": f"{tmp}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{tmp}/log"}
+        for folder in env.values():
+            os.makedirs(folder)
+        daemon_env = {**os.environ, **env}
+        start = subprocess.run([control, "-d"], env=daemon_env, capture_output=True, text=True)
+        if start.returncode != 0:
+            print(f"[train] runtime.mps: the MPS daemon did not start ({(start.stderr or start.stdout).strip()}); the "
+                  "runs take turns on the GPU", flush=True)
+            yield
+            return
+        print("[train] runtime.mps: the runs share each GPU through a CUDA MPS daemon", flush=True)
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        try:
+            yield
+        finally:
+            subprocess.run([control], input="quit\n", env=daemon_env, capture_output=True, text=True)
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def visible_gpus() -> list[str]:
@@ -345,7 +387,8 @@ def main(argv: list[str]) -> None:
         if runtime.executor == "ray":
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
-            summaries, failed = run_all(todo, settings, runtime.workers, gpus)
+            with mps_daemon(runtime.mps and bool(gpus) and bool(todo)):
+                summaries, failed = run_all(todo, settings, runtime.workers, gpus)
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed (the {len(summaries)} others finished and are "
                                "kept; rerun the stage to train the failed ones):\n"

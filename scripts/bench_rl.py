@@ -74,8 +74,10 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
         answers = ["0"] * len(prompts) if group == "math" else None
         if barrier is not None:
             barrier.wait()  # every process has built its models: time only the training
+        start = time.perf_counter()
         for _ in range(warmup):
             trainer.step(prompts, answers)
+        warmup_seconds = time.perf_counter() - start
         rows = []
         start = time.perf_counter()
         for _ in range(iterations):
@@ -84,6 +86,7 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
         wall = time.perf_counter() - start
         result = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
         result["wall_per_iteration"] = wall / iterations
+        result["warmup_seconds"] = warmup_seconds  # includes any compilation
         if profile and torch.cuda.is_available():
             from torch.profiler import ProfilerActivity, profile as torch_profile
 
@@ -127,6 +130,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--workers", type=int, nargs="*", default=[])
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-baseline", action="store_true", help="time the variants only")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compilation happens here)")
     parser.add_argument("--trace", type=Path, help="with --profile: write each variant's Chrome trace here")
     parser.add_argument("--variant", action="append", default=[], help="e.g. ppo.mixed_precision=false")
@@ -137,6 +141,8 @@ def main() -> None:
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     print(f"bench_rl: {args.group}/{args.run} on {name}, {args.iterations} timed iterations after {args.warmup} warm-up")
     for n, variant in enumerate(["", *args.variant]):
+        if n == 0 and args.no_baseline:
+            continue
         label = variant or "the profile's settings"
         trace = args.trace / f"{args.group}-{args.run}-{n}.json" if args.trace else None
         alone = time_iterations(args.group, args.run, args.iterations, args.warmup, args.profile, variant, trace=trace)
@@ -151,7 +157,7 @@ def main() -> None:
             per_iteration = statistics.mean(r["wall_per_iteration"] for r in results)
             throughput = workers / per_iteration
             phases = ", ".join(f"{k} {statistics.mean(r[k] for r in results):.3f}"
-                               for k in ("generation", "scoring", "update"))
+                               for k in ("generation", "scoring", "update", "warmup_seconds"))
             print(f"[{label}] {workers:>2} processes: {per_iteration:.3f} s per iteration each ({phases}); "
                   f"throughput {throughput:.2f} it/s = {throughput / base:.2f}x one process of this setting")
 

@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
-# The speed issue's measurements on one GPU: one process alone, the profile's settings against each speed option,
-# side by side in one run (scripts/bench_rl.py), with the profiled iteration's kernel count and GPU-busy time.
-#   bash scripts/bench_speed.sh imdb|math [WORKERS...]   # output in $OUT/bench-<group>.txt (and on stdout)
-# WORKERS: also time that many processes at once for the profile's settings and the fastest option set.
+# The speed issue's measurements on one GPU, each side by side in one run (scripts/bench_rl.py):
+#   bash scripts/bench_speed.sh imdb|math          # one process alone: the profile's settings against each speed
+#                                                  # option, with the profiled iteration's kernel count and GPU time
+#   bash scripts/bench_speed.sh workers GROUP N [VARIANT]  # N processes at once (as the train stage runs them),
+#                                                  # without and then with CUDA MPS (kernels of different processes
+#                                                  # run at the same time instead of taking turns on the GPU;
+#                                                  # MPS=on|off: only with / without it); with VARIANT, that only
+# Output in $OUT/bench-<what>.txt and on stdout.
 set -uo pipefail
-group=${1:?usage: $0 imdb|math [WORKERS...]}; shift
-export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-8}
+what=${1:?usage: $0 imdb|math | workers GROUP N [VARIANT]}; shift
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+FILTER="Loading|Writing|LOAD REPORT|^Key|^---|MISSING|^Notes|^\s*$|_warn_once|profiler"
 static=ppo.generation.cache=static compile=ppo.compile=true
-case "$group" in
-  imdb) iterations=5 variants=("$static" "$compile" "$static,$compile") ;;
-  math) iterations=3 one=ppo.mini_batch_size=128,ppo.gradient_accumulation_steps=1,ppo.forward_batch_size=128
-        variants=("$static" "$compile" "$one" "$static,$compile,$one") ;;
-  *) echo "unknown group $group" >&2; exit 2 ;;
+bench() { python3 -m scripts.bench_rl "$@" 2>&1 | grep -Ev "$FILTER" | tee -a "$OUT/bench-$what.txt"; }
+case "$what" in
+  imdb) bench --group imdb --run cory --iterations 5 --warmup 4 --profile \
+          --variant "$static" --variant "$compile" --variant "$static,$compile" ;;
+  math) one=ppo.mini_batch_size=128,ppo.gradient_accumulation_steps=1,ppo.forward_batch_size=128
+        bench --group math --run cory --iterations 3 --warmup 3 --profile \
+          --variant "$static" --variant "$compile" --variant "$one" --variant "$static,$compile,$one" ;;
+  workers)
+    group=${1:?group} n=${2:?workers} variant=${3:-}
+    args=(--group "$group" --run cory --iterations 3 --warmup 3 --workers "$n")
+    [ -n "$variant" ] && args+=(--variant "$variant" --no-baseline)
+    if [ "${MPS:-both}" != on ]; then echo "== without MPS" | tee -a "$OUT/bench-$what.txt"; bench "${args[@]}"; fi
+    [ "${MPS:-both}" = off ] && exit 0
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/cory-mps CUDA_MPS_LOG_DIRECTORY=/tmp/cory-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d || { echo "no MPS here" | tee -a "$OUT/bench-$what.txt"; exit 1; }
+    echo "== with MPS" | tee -a "$OUT/bench-$what.txt"
+    bench "${args[@]}"
+    echo quit | nvidia-cuda-mps-control ;;
+  *) echo "unknown: $what" >&2; exit 2 ;;
 esac
-args=(--group "$group" --run cory --iterations "$iterations" --warmup 4 --profile)
-for v in "${variants[@]}"; do args+=(--variant "$v"); done
-[ $# -gt 0 ] && args+=(--workers "$@")
-python3 -m scripts.bench_rl "${args[@]}" 2>&1 | grep -v "Loading\|Writing\|LOAD REPORT\|^Key\|^---\|MISSING\|^Notes\|^\s*$" \
-  | tee "$OUT/bench-$group.txt"

@@ -1,5 +1,7 @@
 """The train stage's pool: runs spread over the visible GPUs, and one failed run stops only itself."""
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -62,3 +64,39 @@ def test_ray_executor_without_ray_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(train.ConfigError, match="runtime.executor: ray needs the ray package"):
         train.run_on_ray([], (), workers=1)
+
+
+def fake_mps_control(tmp_path, monkeypatch, exit_code=0):
+    """An `nvidia-cuda-mps-control` on PATH that logs each call (its arguments, stdin, pipe folder) and exits so."""
+    log = tmp_path / "calls.log"
+    program = tmp_path / "bin" / "nvidia-cuda-mps-control"
+    program.parent.mkdir()
+    program.write_text(f'#!/bin/sh\nif [ "$1" = "-d" ]; then echo "start $CUDA_MPS_PIPE_DIRECTORY" >> {log}; '
+                       f'else read line; echo "$line $CUDA_MPS_PIPE_DIRECTORY" >> {log}; fi\nexit {exit_code}\n')
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{program.parent}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    return log
+
+
+def test_mps_daemon_runs_for_the_block_and_its_pipe_folder_reaches_the_workers(tmp_path, monkeypatch):
+    log = fake_mps_control(tmp_path, monkeypatch)
+    with train.mps_daemon(True):
+        pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]  # what spawned workers inherit
+        assert Path(pipe).is_dir() and log.read_text().split() == ["start", pipe]
+    assert log.read_text().splitlines() == [f"start {pipe}", f"quit {pipe}"]  # stopped after, through the same pipe
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ and not Path(pipe).exists()
+
+
+def test_mps_daemon_off_or_failing_runs_the_block_without_it(tmp_path, monkeypatch, capsys):
+    log = fake_mps_control(tmp_path, monkeypatch, exit_code=1)
+    with train.mps_daemon(False):
+        assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+    assert not log.exists()
+    with train.mps_daemon(True):  # the daemon fails to start: said, and the block still runs, without MPS
+        assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+    assert log.read_text().split()[0] == "start" and "did not start" in capsys.readouterr().out
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with train.mps_daemon(True):
+        assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+    assert "not on PATH" in capsys.readouterr().out
