@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from cory.agents import Agent, AdaptersDisabled, frozen_reference, lora_config
 from cory.checkpoint import load_checkpoint, save_checkpoint
-from cory.config import ConfigError, TrainConfig
+from cory.config import ConfigError, PPOConfig, TrainConfig
 from cory.learner import make_experience, ppo_update
 from cory.rollout import forward_response, generate
 from cory.trainer import Trainer
@@ -369,3 +369,8 @@ def test_a_killed_lora_cory_run_resumes_to_the_uninterrupted_history(task, tmp_p
         saved = (tmp_path / f"whole/ckpt/{agent}/model.safetensors").read_bytes()
         assert (tmp_path / f"killed/ckpt/{agent}/model.safetensors").read_bytes() == saved
     assert (tmp_path / "whole/ckpt/llm1/model.safetensors").read_bytes() != saved  # two different merged models
+
+
+def test_compile_is_for_full_fine_tuning():
+    with pytest.raises(ConfigError, match=r"^train\.ppo\.compile: compiles full fine-tuning only"):
+        TrainConfig(lora_rank=16, ppo=PPOConfig(compile=True))

@@ -306,3 +306,24 @@ def test_on_nonfinite_skip_drops_the_nan_samples_and_keeps_learning(samples_per_
     assert all(math.isfinite(v) for v in m.values())
     assert all(math.isfinite(a.score_moments.mean) and math.isfinite(a.score_moments.std) for a in trainer.agents)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.agents[0].lm.parameters()))
+
+
+def test_compiled_forward_passes_give_the_eager_experience_and_update():
+    """ppo.compile: the experience and the update run through torch.compile'd copies of the policy and the
+    reference that share their weights: the same log-probs, values and updated weights as eager, up to rounding."""
+    from cory.agents import build_agents
+
+    results = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        cfg = TrainConfig(seed=0, ppo=PPOConfig(batch_size=4, mini_batch_size=2, dropout="none", compile=compile),
+                          cory=CORYConfig(n_agents=1))
+        (agent,), reference = build_agents(cfg, tiny_lm())
+        assert (agent.forward_lm is agent.lm) != compile
+        exp = make_experience(agent, reference, fixed_rollout(), torch.tensor([1.0, 0.0, -1.0, 0.5]))
+        ppo_update(agent, exp, torch.Generator().manual_seed(0))
+        after = make_experience(agent, reference, fixed_rollout(), torch.tensor([1.0, 0.0, -1.0, 0.5]))
+        results.append((exp.logprobs, exp.values, after.logprobs, after.values, *agent.lm.parameters()))
+    assert not torch.equal(results[0][0], results[0][2])  # the update moved the policy
+    for eager, compiled in zip(*results):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
