@@ -187,6 +187,12 @@ class PPOConfig:
     """On a GPU, run the RL forward passes (sampling, experience, update) under bf16 autocast; false runs them in
     fp32 with TF32 matmuls, which skips autocast's cast kernels (small models are bound by kernel launches; compare
     with python -m scripts.bench_rl). Weights, optimizer and the PPO math stay fp32 either way."""
+    align_head: bool = False
+    """Run the LM's output layer on its weight padded to a multiple of 64 rows, slicing the extra logits off (same
+    logits: cory.rollout.AlignedLMHead), in sampling, experience and update. cuBLAS runs GPT-2's odd 50,257-row
+    output matmuls with slow fallback kernels (the profile of a default-profile iteration shows them among the
+    largest GPU items); padding made the base-model stage's output-layer matmuls ~4x faster on an H200. A no-op for
+    a vocabulary that is a multiple of 64 already (Llama-2's 32,000)."""
     compile: bool = False
     """torch.compile (dynamic shapes) the policy's, value head's and reference's forward passes of the experience and
     the update (not sampling: `generation.cache` "static" compiles that). Fuses a small model's many small kernels,

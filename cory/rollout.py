@@ -92,6 +92,30 @@ def configure_gpu_for_rl(device: torch.device | str) -> None:
         torch.set_float32_matmul_precision("high")  # TF32
 
 
+class AlignedLMHead(torch.nn.Linear):
+    """An output layer whose matmul runs on its weight padded to a multiple of 64 rows, the extra outputs sliced off
+    again: the same logits and gradients. On a GPU, cuBLAS falls back to slow kernels for GPT-2's odd 50,257 rows (the
+    base-model stage's `lm_loss` pads for the same reason). The weight and its state-dict key stay as they are."""
+
+    multiple = 64
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        pad = -self.out_features % self.multiple
+        bias = None if self.bias is None else torch.nn.functional.pad(self.bias, (0, pad))
+        weight = torch.nn.functional.pad(self.weight, (0, 0, 0, pad))
+        return torch.nn.functional.linear(hidden, weight, bias)[..., : self.out_features]
+
+
+def align_lm_head(lm) -> bool:
+    """Make `lm`'s output layer an AlignedLMHead where it is a plain nn.Linear with a row count that is not a multiple
+    of 64 (ppo.align_head); in place, weights and tying untouched. Returns whether it changed anything."""
+    head = lm.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or head.out_features % AlignedLMHead.multiple == 0:
+        return False
+    head.__class__ = AlignedLMHead
+    return True
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 

@@ -58,7 +58,8 @@ class RuntimeConfig:
     `nvidia-cuda-mps-control` daemon for its duration and stops it after): the kernels of the processes sharing a GPU
     then run at the same time instead of taking turns, which a small model's small kernels leave room for (one H100,
     8 processes: math CORY throughput 2.53x -> 4.29x one process, IMDB CORY 4.90x -> 6.37x; scripts/bench_speed.sh).
-    Without the daemon's program, or where it cannot start, the stage says so and runs without it."""
+    Without the daemon's program, or where it cannot start, the stage says so and runs without it. On a machine
+    where an MPS daemon of its own already serves the GPUs, set it false (the runs then use that one)."""
     log_every: int = 1
     """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
     checkpoint_every: int = 10

@@ -18,11 +18,13 @@
 #   bash scripts/diagnostics.sh math-slip3     # the k8 runs of math-slip on 3 seeds: the math issue's bar
 #   bash scripts/diagnostics.sh math-lr        # the default profile's math PPO and CORY at lr 1e-5 and 2e-5, 3 seeds,
 #                                              # and `scripts.variants drift`: why the training reward does not rise
+#   bash scripts/diagnostics.sh math-cache     # math PPO with the dynamic vs the static KV cache vs the aligned LM
+#                                              # head, 3 seeds, held-out pass@k: do the speed options keep the curves?
 # Each runs its stages' prerequisites, then 2 seeds of each variant at once (scripts/variants.py), and prints LLM1's
 # metrics per block of 10 iterations (also written to $OUT/<name>.txt when $OUT is set, as on the lent GPU machine).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
-name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value | math-group | math-lora | math-scale | math-long | math-batch | math-slip | math-slip3 | math-lr}
+name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value | math-group | math-lora | math-scale | math-long | math-batch | math-slip | math-slip3 | math-lr | math-cache}
 P=cory.n_agents=1 C=cory.n_agents=2   # single-agent PPO / CORY
 full=ppo.kl_penalty=full nodrop=ppo.dropout=none drop=ppo.dropout=update
 seeds="0 1"
@@ -98,6 +100,9 @@ case "$name" in
     # in micro-batches of 32 (the same optimizer steps) so that 12 runs fit an 80 GB card at once (64: out of memory)
     M=ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=32
     runs=("ppo=$P,$M" "cory=$C,$M" "ppo_lr2e-5=$P,$M,ppo.learning_rate=2.0e-5" "cory_lr2e-5=$C,$M,ppo.learning_rate=2.0e-5") ;;
+  math-cache) group=math iterations=100 seeds="0 1 2" evaluate=1  # the speed options against the curves (speed
+    # issue): the static KV cache (a 0.017 lower probe reward in the one run that had it) and the aligned LM head
+    runs=("ppo=$P" "ppo_static=$P,ppo.generation.cache=static" "ppo_aligned=$P,ppo.align_head=true") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac
 params=$(mktemp --suffix .yaml)

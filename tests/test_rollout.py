@@ -1,6 +1,7 @@
 """Generation masks and padding: a left-padded batch gives the same per-token outputs as each sequence alone."""
 
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from cory.agents import ValueHead
 from cory.config import GenerationConfig
@@ -106,3 +107,35 @@ def test_rl_on_a_gpu_turns_cudnn_attention_off_and_on_cpu_leaves_it(monkeypatch)
     assert calls == []
     rollout.configure_gpu_for_rl("cuda:0")
     assert calls == [("cudnn", False), ("fp32", "high")]
+
+
+def test_an_aligned_lm_head_gives_the_same_logits_and_gradients_and_keeps_the_weights():
+    """ppo.align_head: the output layer runs on its weight padded to 64 rows; logits, gradients, the tied weight and
+    the state dict are those of the plain layer."""
+    import copy
+
+    from cory.rollout import AlignedLMHead, align_lm_head
+
+    plain = tiny_lm()  # 14-token vocabulary: padded to 64
+    aligned = copy.deepcopy(plain)
+    assert align_lm_head(aligned) and isinstance(aligned.lm_head, AlignedLMHead)
+    assert aligned.lm_head.weight is aligned.transformer.wte.weight  # still tied
+    assert aligned.state_dict().keys() == plain.state_dict().keys()
+    ids = torch.randint(0, 14, (3, 5), generator=torch.Generator().manual_seed(0))
+    outputs = []
+    for lm in (plain, aligned):
+        logits = lm(input_ids=ids).logits
+        assert logits.shape == (3, 5, 14)
+        logits.log_softmax(-1)[..., 2].sum().backward()
+        outputs.append((logits, lm.transformer.wte.weight.grad, lm.transformer.h[0].attn.c_attn.weight.grad))
+    for a, b in zip(*outputs):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+    assert not align_lm_head(aligned)  # once is enough
+    assert align_lm_head(copy.deepcopy(aligned)) is False and isinstance(copy.deepcopy(aligned).lm_head, AlignedLMHead)
+
+
+def test_align_lm_head_leaves_a_vocabulary_of_64_multiple_alone():
+    from cory.rollout import align_lm_head
+
+    lm = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=128))
+    assert not align_lm_head(lm) and type(lm.lm_head) is torch.nn.Linear

@@ -327,3 +327,22 @@ def test_compiled_forward_passes_give_the_eager_experience_and_update():
     assert not torch.equal(results[0][0], results[0][2])  # the update moved the policy
     for eager, compiled in zip(*results):
         torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+
+
+def test_an_aligned_lm_head_trains_as_the_plain_one():
+    """ppo.align_head changes how the output matmul runs, not what it computes: the same samples and metrics."""
+    from dataclasses import replace
+
+    histories = []
+    for align in (False, True):
+        torch.manual_seed(0)
+        cfg = config(n_agents=2, dropout="none")
+        trainer = Trainer(replace(cfg, ppo=replace(cfg.ppo, align_head=align)), tiny_lm(), tiny_tokenizer(),
+                          good_word_reward)
+        assert all(type(a.lm.lm_head).__name__ == ("AlignedLMHead" if align else "Linear") for a in trainer.agents)
+        histories.append([trainer.step(QUERIES) for _ in range(3)])
+    for plain, aligned in zip(*histories):
+        assert plain.keys() == aligned.keys()
+        for key in plain:
+            if not key.startswith("timing/"):
+                assert aligned[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-6), key
