@@ -74,6 +74,33 @@ def test_a_static_cache_samples_what_the_dynamic_one_does_and_is_kept_between_ca
     assert "_cory_static_caches" not in dict(lm.named_modules()) and not any("static" in k for k in lm.state_dict())
 
 
+def test_the_compiled_decoding_step_of_a_static_cache_samples_what_the_dynamic_cache_does(monkeypatch):
+    """On a GPU, transformers compiles the decoding step of a static-cache `generate` (CUDA graphs); here the same
+    compilation is forced on the CPU (inductor's default mode): left-padded prompts give the same tokens as the
+    dynamic cache, in a first call and in a second one that reuses the reset cache with other prompts."""
+    from transformers import CompileConfig, GenerationMixin
+
+    compile_config = CompileConfig(fullgraph=True, mode="default", dynamic=False)
+    compile_config._compile_all_devices = True  # transformers' switch to compile on a CPU (for tests)
+    real_generate = GenerationMixin.generate
+    monkeypatch.setattr(GenerationMixin, "generate",
+                        lambda self, *a, **kw: real_generate(self, *a, compile_config=compile_config, **kw))
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    lm, tok = tiny_lm(), tiny_tokenizer()
+    for prompts in (["the movie", "a", "the film was very good and", "not"], ["good", "the plot was not very good",
+                                                                               "a film", "bad"]):
+        samples = {}
+        for cache in ("dynamic", "static"):
+            torch.manual_seed(0)
+            gen = GenerationConfig(response_length=(9, 9), repetition_penalty=1.1, cache=cache)
+            samples[cache] = generate(lm, tok, prompts * 2, gen, max_new_tokens=9).response_ids.tolist()
+        assert samples["static"] == samples["dynamic"]
+    assert list(lm._cory_static_caches) == [(8, 64)]
+    assert counters["stats"]["unique_graphs"] >= 1  # the decoding step did run compiled
+
+
 def test_generation_cache_must_be_dynamic_or_static():
     import pytest
 
