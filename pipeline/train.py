@@ -99,6 +99,31 @@ def share_cpus(workers: int) -> None:
     torch.set_num_threads(share)
 
 
+MPS_PREFIX = "cory-mps-"
+
+
+def quit_stale_mps_daemons(control: str) -> None:
+    """Quit the MPS daemons that earlier train stages left behind when they were killed (SIGKILL or SIGTERM skip the
+    `finally` that quits them): each daemon's temporary folder names the stage process that started it, and those
+    whose process is gone are quit and removed. A daemon of a stage still running (another profile, say) stays."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{MPS_PREFIX}*"):
+        try:
+            owner = int((folder / "owner").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(owner, 0)
+            continue  # its stage is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's process
+        env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe")}
+        subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=60)
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"[train] runtime.mps: quit the MPS daemon a killed train stage left ({folder})", flush=True)
+
+
 @contextmanager
 def mps_daemon(enabled: bool):
     """A private CUDA MPS daemon for the duration of the block (runtime.mps), so that processes started inside it
@@ -111,10 +136,12 @@ def mps_daemon(enabled: bool):
     if control is None:
         yield
         return
-    with tempfile.TemporaryDirectory(prefix="cory-mps-") as tmp:
+    quit_stale_mps_daemons(control)
+    with tempfile.TemporaryDirectory(prefix=MPS_PREFIX) as tmp:
         env = {"CUDA_MPS_PIPE_DIRECTORY": f"{tmp}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{tmp}/log"}
         for folder in env.values():
             os.makedirs(folder)
+        Path(tmp, "owner").write_text(str(os.getpid()))
         daemon_env = {**os.environ, **env}
         start = subprocess.run([control, "-d"], env=daemon_env, capture_output=True, text=True)
         if start.returncode != 0:

@@ -100,3 +100,20 @@ def test_mps_daemon_off_or_failing_runs_the_block_without_it(tmp_path, monkeypat
     with train.mps_daemon(True):
         assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
     assert "not on PATH" in capsys.readouterr().out
+
+
+def test_a_daemon_that_a_killed_stage_left_is_quit_before_a_new_one_starts(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    log = fake_mps_control(tmp_path, monkeypatch)
+    monkeypatch.setattr(train.tempfile, "gettempdir", lambda: str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale, running = tmp_path / f"{train.MPS_PREFIX}stale", tmp_path / f"{train.MPS_PREFIX}running"
+    for folder, owner in ((stale, dead.stdout.strip()), (running, str(os.getpid()))):
+        (folder / "pipe").mkdir(parents=True)
+        (folder / "owner").write_text(owner)
+    with train.mps_daemon(True):
+        pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+    assert log.read_text().splitlines() == [f"quit {stale / 'pipe'}", f"start {pipe}", f"quit {pipe}"]
+    assert not stale.exists() and running.exists()  # a daemon whose stage still runs is left alone
