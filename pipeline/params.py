@@ -54,7 +54,7 @@ class RuntimeConfig:
     (one CPU where the cluster has no GPU). Ray workers import this repository's code and write the run folders at
     the same paths, so a cluster needs it on a shared filesystem."""
     mps: bool = False
-    """Run the train stage's local worker processes under CUDA MPS (the train stage starts a private
+    """With `workers` > 1 on a GPU, run the train stage's local worker processes under CUDA MPS (the train stage starts a private
     `nvidia-cuda-mps-control` daemon for its duration and stops it after): the kernels of the processes sharing a GPU
     then run at the same time instead of taking turns, which a small model's small kernels leave room for (one H100,
     8 processes: math CORY throughput 2.53x -> 4.29x one process, IMDB CORY 4.90x -> 6.37x; scripts/bench_speed.sh).
