@@ -414,7 +414,8 @@ def main(argv: list[str]) -> None:
         if runtime.executor == "ray":
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
-            with mps_daemon(runtime.mps and bool(gpus) and bool(todo) and runtime.workers > 1):  # processes share a GPU
+            sharing = bool(gpus) and bool(todo) and runtime.workers > 1  # processes share a GPU
+            with mps_daemon(runtime.mps and sharing):
                 summaries, failed = run_all(todo, settings, runtime.workers, gpus)
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed (the {len(summaries)} others finished and are "
