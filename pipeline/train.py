@@ -102,6 +102,11 @@ def share_cpus(workers: int) -> None:
 MPS_PREFIX = "cory-mps-"
 
 
+def quit_mps_daemon(control: str, env: dict) -> None:
+    """Tell the MPS daemon whose pipe folder `env` names (CUDA_MPS_PIPE_DIRECTORY) to quit."""
+    subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=60)
+
+
 def quit_stale_mps_daemons(control: str) -> None:
     """Quit the MPS daemons that earlier train stages left behind when they were killed (SIGKILL or SIGTERM skip the
     `finally` that quits them): each daemon's temporary folder names the stage process that started it, and those
@@ -118,8 +123,7 @@ def quit_stale_mps_daemons(control: str) -> None:
             pass
         except PermissionError:
             continue  # another user's process
-        env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe")}
-        subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=60)
+        quit_mps_daemon(control, {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe")})
         shutil.rmtree(folder, ignore_errors=True)
         print(f"[train] runtime.mps: quit the MPS daemon a killed train stage left ({folder})", flush=True)
 
@@ -155,7 +159,7 @@ def mps_daemon(enabled: bool):
         try:
             yield
         finally:
-            subprocess.run([control], input="quit\n", env=daemon_env, capture_output=True, text=True)
+            quit_mps_daemon(control, daemon_env)
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)

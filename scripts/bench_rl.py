@@ -1,7 +1,7 @@
 """Benchmark: where an RL iteration's time goes, and how many runs should share one GPU.
 
     python -m scripts.bench_rl [--group imdb --run cory] [--iterations 6] [--workers 1 4 8 14] [--profile]
-                               [--variant ppo.mixed_precision=false ...] [--warmup 2] [--trace DIR]
+                               [--variant ppo.mixed_precision=false ...] [--warmup 2] [--trace DIR] [--mps]
                                                                                 (from the project root)
 
 Builds the profile's run (params.yaml or $CORY_PARAMS: its resolved train config, model shape and prompt template) on randomly
@@ -131,11 +131,20 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[])
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-baseline", action="store_true", help="time the variants only")
+    parser.add_argument("--mps", action="store_true",
+                        help="run everything under a CUDA MPS daemon, as the train stage does with runtime.mps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compilation happens here)")
     parser.add_argument("--trace", type=Path, help="with --profile: write each variant's Chrome trace here")
     parser.add_argument("--variant", action="append", default=[], help="e.g. ppo.mixed_precision=false")
     args = parser.parse_args()
 
+    from pipeline.train import mps_daemon
+
+    with mps_daemon(args.mps):  # started before this process's CUDA context, so that it is a client too
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     import torch
 
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"

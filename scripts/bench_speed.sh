@@ -25,12 +25,6 @@ case "$what" in
     args=(--group "$group" --run cory --iterations 3 --warmup 3 --workers "$n")
     [ -n "$variant" ] && args+=(--variant "$variant" --no-baseline)
     if [ "${MPS:-both}" != on ]; then echo "== without MPS" | tee -a "$OUT/bench-$what.txt"; bench "${args[@]}"; fi
-    [ "${MPS:-both}" = off ] && exit 0
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/cory-mps CUDA_MPS_LOG_DIRECTORY=/tmp/cory-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d || { echo "no MPS here" | tee -a "$OUT/bench-$what.txt"; exit 1; }
-    echo "== with MPS" | tee -a "$OUT/bench-$what.txt"
-    bench "${args[@]}"
-    echo quit | nvidia-cuda-mps-control ;;
+    if [ "${MPS:-both}" != off ]; then echo "== with MPS" | tee -a "$OUT/bench-$what.txt"; bench "${args[@]}" --mps; fi ;;
   *) echo "unknown: $what" >&2; exit 2 ;;
 esac
