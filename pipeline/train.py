@@ -93,7 +93,7 @@ def share_cpus(workers: int) -> None:
     threads on 16 cores. Called in every worker before it does any work."""
     import torch
 
-    share = max(1, (os.cpu_count() or 1) // workers)
+    share = max(1, len(os.sched_getaffinity(0)) // workers)  # the cores this process may use (taskset, cgroup cpusets)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(share))  # torch.compile's workers (read when it starts)
     torch.set_num_threads(share)
