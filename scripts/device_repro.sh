@@ -9,6 +9,7 @@
 #   bash scripts/device_repro.sh wait 540         # wait up to 540 s; prints the log's tail (repeat until done;
 #                                                 # call again within the tool's warm window, or the run is lost)
 #   bash scripts/device_repro.sh collect          # pack dvc.lock, reports, metrics, run histories, mlflow.db into $OUT
+#   bash scripts/device_repro.sh stop             # end this TAG's background job (its process group), others run on
 # (PROFILE=smoke switches the profile first; default: the committed params.yaml. RUN="bash scripts/diagnostics.sh
 # math-lr" runs that instead of `dvc repro`, the same way: a diagnostic longer than one call survives it.)
 # The lending tool gives a machine back 30 s after a call ends, so end every call with `collect` (whatever has
@@ -18,7 +19,8 @@
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
 # the log), so the run happens in a copy outside it, $WORK.
 # Two background jobs can share one machine: TAG names each (default "repro": WORK=/root/cory-repro, $OUT/repro.log
-# and $OUT/repro-results.tgz), e.g. CUDA_VISIBLE_DEVICES=3 TAG=bench RUN="bash scripts/standins_bench.sh" ... start.
+# and $OUT/repro-results.tgz), e.g. CUDA_VISIBLE_DEVICES=3 TAG=bench RUN="bash scripts/standins_bench.sh" ... start;
+# `wait` lists the GPU processes of every job by TAG, so that which GPU each uses is seen, not guessed.
 # If the report needs changing afterwards, unpack results.tgz here and run `dvc repro --single-item report`: the run
 # files are byte for byte those of the GPU run, so dvc.lock stays true upstream (tests/test_pipeline_smoke.py).
 set -uo pipefail
@@ -61,7 +63,23 @@ wait_for() {
   while [ ! -f repro.done ] && [ "$waited" -lt "$limit" ]; do sleep 10; waited=$((waited + 10)); done
   grep -Ev "$FILTER" "$LOG" | tail -40
   if [ -f repro.done ]; then echo "dvc repro finished: $(cat repro.done)"; else echo "still running after ${waited} s"; fi
-  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+  nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+  gpu_jobs
+}
+
+gpu_jobs() {  # "GPU <index>: <n> processes of <tag>, <MiB> MiB" for each job's processes on each GPU
+  local -A index
+  while IFS=', ' read -r i uuid; do index[$uuid]=$i; done < <(nvidia-smi --query-gpu=index,uuid --format=csv,noheader)
+  nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+    while IFS=', ' read -r uuid pid mib; do
+      tag=$(readlink "/proc/$pid/cwd" 2>/dev/null | sed -n 's#^/root/cory-\([^/]*\).*#\1#p')
+      echo "${index[$uuid]:-?} ${tag:-other} $mib"
+    done | awk '{n[$1" "$2]++; m[$1" "$2]+=$3} END {for (k in n) {split(k, a, " "); printf "GPU %s: %d processes of %s, %d MiB\n", a[1], n[k], a[2], m[k]}}' | sort
+}
+
+stop() {
+  if [ -f "$WORK/job.pid" ] && kill -- "-$(cat "$WORK/job.pid")" 2>/dev/null; then echo "stopped $TAG ($WORK)"
+  else echo "no running $TAG job here" >&2; fi
 }
 
 collect() {
@@ -84,5 +102,6 @@ case "${1:-}" in
   start) start ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
-  *) echo "usage: $0 start | wait [seconds] | collect" >&2; exit 2 ;;
+  stop) stop ;;
+  *) echo "usage: $0 start | wait [seconds] | collect | stop" >&2; exit 2 ;;
 esac
