@@ -20,6 +20,7 @@ from cory.claims import (
     late_slope,
     math_claims,
     max_drawdown,
+    noise_fall,
     peak,
     reach_iteration,
     verdict,
@@ -443,6 +444,26 @@ def test_rises_then_falls_needs_a_rise_before_the_peak():
     assert "comes no earlier than iteration 5" in claim.rule and "rise > 0" in claim.rule
     only_falls = math_claims(_math_runs({0: falls_from_start, 1: falls_from_start}), ReportConfig(last_n=5))[0]
     assert only_falls.verdict == NOT_HELD  # never rose: did not hold (it used to be held on a fall share)
+
+
+def test_a_fall_within_batch_noise_is_no_decline():
+    rng = np.random.default_rng(0)
+    t = np.arange(150, dtype=float)
+    rise = 0.1 * np.minimum(t / 10, 1.0)  # up over the first 10 iterations, then flat: no decline to find
+    flat = 0.2 + rise + rng.normal(0, 0.07, t.size)  # math-like batches: 0/1 rewards of 16 problems
+    declines = 0.2 + rise - 0.15 * np.clip((t - 60) / 60, 0, 1) + rng.normal(0, 0.07, t.size)
+    claim = math_claims(_math_runs({0: flat, 1: declines}), ReportConfig())[0]
+    values = claim.values(0)
+    fall, noise = values["PPO fall: peak - final value"], values["PPO fall batch noise alone reaches (0.95 quantile)"]
+    assert fall >= 0.1 * values["PPO rise: peak - smoothed start"]  # the rule without the noise bound would hold
+    assert fall < noise
+    assert claim.holds() == {0: False, 1: True} and claim.verdict == MIXED
+    assert "more than the fall that the run's batch noise alone reaches (the 0.95 quantile" in claim.rule
+    # the bound is a quantile of falls that pure noise gives: about 1 in 20 flat curves passes at 0.95
+    nulls = [0.2 + rng.normal(0, 0.07, t.size) for _ in range(100)]
+    held = math_claims(_math_runs(dict(enumerate([0.2 + rise + y - 0.2 for y in nulls]))), ReportConfig())[0].holds()
+    assert sum(held.values()) <= 15
+    assert noise_fall(flat, 10, 10, quantile=0.0) < fall < noise_fall(flat, 10, 10, quantile=1.0)
 
 
 def test_combined_reward_eta_is_stated_with_where_it_comes_from(tmp_path):
