@@ -306,11 +306,10 @@ def math_claims(maths: dict[str, Run], cfg: ReportConfig) -> list[Claim]:
     length = min(len(h) for h in ppo.histories.values())
     top, rise, fall = ("PPO peak iteration (smoothed task reward)", "PPO rise: peak - smoothed start",
                        "PPO fall: peak - final value")
-    q_noise = NOISE_QUANTILE
-    noise = f"PPO fall batch noise alone reaches ({q_noise:g} quantile)"
+    noise = f"PPO fall batch noise alone reaches ({NOISE_QUANTILE:g} quantile)"
     q = {label: ppo.per_seed("llm1/task_reward", lambda y, i=i: peak(y, w, n)[i])
          for i, label in enumerate((top, rise, fall))}
-    q[noise] = ppo.per_seed("llm1/task_reward", lambda y: noise_fall(y, w, n, q_noise))
+    q[noise] = ppo.per_seed("llm1/task_reward", lambda y: noise_fall(y, w, n))
     claims.append(Claim(
         "math_ppo_peak", "fig4_math.png",
         f"{task}: PPO's task reward peaks (near iteration 50), then declines (Fig. 4a).",
@@ -318,7 +317,7 @@ def math_claims(maths: dict[str, Run], cfg: ReportConfig) -> list[Claim]:
         f"iteration {w} (a whole smoothing window after the start, so a curve that falls from its first iterations "
         f"cannot pass) and before the last {n} of {length} iterations; it lies above the smoothed start (rise > 0); "
         f"and the final value lies at least {cfg.decline:g} x rise below the peak (fall >= {cfg.decline:g} x rise) "
-        f"and by more than the fall that the run's batch noise alone reaches (the {q_noise:g} quantile over its "
+        f"and by more than the fall that the run's batch noise alone reaches (the {NOISE_QUANTILE:g} quantile over its "
         f"residuals around the smoothed curve in shuffled orders: the top stretch of a flat noisy curve is no peak).",
         q,
         lambda v: w <= v[top] < length - n and v[rise] > 0 and v[fall] >= cfg.decline * v[rise]
