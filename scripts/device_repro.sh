@@ -41,7 +41,7 @@ start() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   # an earlier start of this TAG on this machine (its process group; other TAGs run on)
-  [ -f "$WORK/job.pid" ] && kill -- "-$(cat "$WORK/job.pid")" 2>/dev/null && sleep 1
+  stop 2>/dev/null && sleep 1
   rm -rf "$WORK" && mkdir -p "$WORK" && cp -a . "$WORK/" && cd "$WORK" || exit 1
   # no stale outputs: ignored files go (the tool sends the working tree; its .git may be older than that tree)
   git rev-parse -q --verify HEAD > /dev/null && git clean -fdXq
