@@ -10,6 +10,7 @@
 #                                                 # call again within the tool's warm window, or the run is lost)
 #   bash scripts/device_repro.sh collect          # pack dvc.lock, reports, metrics, run histories, mlflow.db into $OUT
 #   bash scripts/device_repro.sh stop             # end this TAG's background job (its process group), others run on
+#   bash scripts/device_repro.sh log              # only the log into $OUT (a benchmark's or diagnostic's results)
 # (PROFILE=smoke switches the profile first; default: the committed params.yaml. RUN="bash scripts/diagnostics.sh
 # math-lr" runs that instead of `dvc repro`, the same way: a diagnostic longer than one call survives it.)
 # The lending tool gives a machine back 30 s after a call ends, so end every call with `collect` (whatever has
@@ -102,6 +103,7 @@ case "${1:-}" in
   start) start ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
+  log) cd "$WORK" && grep -Ev "$FILTER" "$LOG" > "$OUT/$TAG.log" ;;  # the log alone (a job whose results are its log)
   stop) stop ;;
-  *) echo "usage: $0 start | wait [seconds] | collect | stop" >&2; exit 2 ;;
+  *) echo "usage: $0 start | wait [seconds] | collect | log | stop" >&2; exit 2 ;;
 esac

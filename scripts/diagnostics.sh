@@ -102,7 +102,8 @@ case "$name" in
     runs=("ppo=$P,$M" "cory=$C,$M" "ppo_lr2e-5=$P,$M,ppo.learning_rate=2.0e-5" "cory_lr2e-5=$C,$M,ppo.learning_rate=2.0e-5") ;;
   math-cache) group=math iterations=100 seeds="0 1 2" evaluate=1  # the speed options against the curves (speed
     # issue): the static KV cache (a 0.017 lower probe reward in the one run that had it) and the aligned LM head
-    runs=("ppo=$P,ppo.generation.cache=dynamic" "ppo_static=$P,ppo.generation.cache=static"
+    # (each names both options: the default profile has the static cache and the aligned head on since 2026-11-27)
+    runs=("ppo=$P,ppo.generation.cache=dynamic,ppo.align_head=false" "ppo_static=$P,ppo.generation.cache=static,ppo.align_head=false"
       "ppo_aligned=$P,ppo.generation.cache=dynamic,ppo.align_head=true") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac
