@@ -133,12 +133,13 @@ def mps_daemon(enabled: bool):
     """A private CUDA MPS daemon for the duration of the block (runtime.mps), so that processes started inside it
     share each GPU's compute at once; its pipe and log folders go into a temporary folder named by
     CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY, which worker processes inherit. Not enabled, or no
-    `nvidia-cuda-mps-control` on PATH, or a daemon that does not start: the block runs without (and says so)."""
+    `nvidia-cuda-mps-control` on PATH, or a daemon that does not start: the block runs without (and says so).
+    Yields whether the daemon runs (its clients name GPUs differently: `worker_gpus`)."""
     control = shutil.which("nvidia-cuda-mps-control") if enabled else None
     if enabled and control is None:
         print("[train] runtime.mps: nvidia-cuda-mps-control is not on PATH; the runs take turns on the GPU", flush=True)
     if control is None:
-        yield
+        yield False
         return
     quit_stale_mps_daemons(control)
     with tempfile.TemporaryDirectory(prefix=MPS_PREFIX) as tmp:
@@ -151,13 +152,13 @@ def mps_daemon(enabled: bool):
         if start.returncode != 0:
             print(f"[train] runtime.mps: the MPS daemon did not start ({(start.stderr or start.stdout).strip()}); the "
                   "runs take turns on the GPU", flush=True)
-            yield
+            yield False
             return
         print("[train] runtime.mps: the runs share each GPU through a CUDA MPS daemon", flush=True)
         saved = {key: os.environ.get(key) for key in env}
         os.environ.update(env)
         try:
-            yield
+            yield True
         finally:
             quit_mps_daemon(control, daemon_env)
             for key, value in saved.items():
@@ -175,6 +176,14 @@ def visible_gpus() -> list[str]:
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def worker_gpus(gpus: list[str], under_mps: bool) -> list[str]:
+    """How worker processes name `gpus` (the stage's CUDA_VISIBLE_DEVICES) in their own CUDA_VISIBLE_DEVICES. Under an
+    MPS daemon a client's CUDA_VISIBLE_DEVICES counts within the daemon's visible set, which is the stage's: the
+    positions 0..n-1. (A physical index there, "1" when the stage sees only GPU 1, is not a valid GPU to MPS: the
+    client hangs, seen on a four-GPU machine with CUDA_VISIBLE_DEVICES=1.) Without MPS, the names themselves."""
+    return [str(position) for position in range(len(gpus))] if under_mps else gpus
 
 
 def gpu_of_worker(index: int, gpus: list[str]) -> str | None:
@@ -419,8 +428,8 @@ def main(argv: list[str]) -> None:
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
             sharing = bool(gpus) and bool(todo) and runtime.workers > 1  # processes share a GPU
-            with mps_daemon(runtime.mps and sharing):
-                summaries, failed = run_all(todo, settings, runtime.workers, gpus)
+            with mps_daemon(runtime.mps and sharing) as under_mps:
+                summaries, failed = run_all(todo, settings, runtime.workers, worker_gpus(gpus, under_mps))
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed (the {len(summaries)} others finished and are "
                                "kept; rerun the stage to train the failed ones):\n"

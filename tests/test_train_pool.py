@@ -22,6 +22,13 @@ def test_visible_gpus_follow_cuda_visible_devices(monkeypatch, listed, expected)
     assert train.visible_gpus() == expected
 
 
+@pytest.mark.parametrize("gpus", [["2"], ["2", "3"], ["GPU-a1", "GPU-b2"], ["0", "1"]])
+def test_under_mps_workers_name_their_gpu_within_the_daemons_set(gpus):
+    # the daemon sees the stage's GPUs as 0..n-1; a worker asking MPS for "2" of a one-GPU set hangs
+    assert train.worker_gpus(gpus, under_mps=True) == [str(i) for i in range(len(gpus))]
+    assert train.worker_gpus(gpus, under_mps=False) == gpus
+
+
 def test_a_failed_run_stops_alone_and_is_named(monkeypatch):
     jobs = [SimpleNamespace(name=f"g/run{i}/seed0") for i in range(3)]
 
@@ -81,7 +88,8 @@ def fake_mps_control(tmp_path, monkeypatch, exit_code=0):
 
 def test_mps_daemon_runs_for_the_block_and_its_pipe_folder_reaches_the_workers(tmp_path, monkeypatch):
     log = fake_mps_control(tmp_path, monkeypatch)
-    with train.mps_daemon(True):
+    with train.mps_daemon(True) as running:
+        assert running
         pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]  # what spawned workers inherit
         assert Path(pipe).is_dir() and log.read_text().split() == ["start", pipe]
     assert log.read_text().splitlines() == [f"start {pipe}", f"quit {pipe}"]  # stopped after, through the same pipe
@@ -90,11 +98,11 @@ def test_mps_daemon_runs_for_the_block_and_its_pipe_folder_reaches_the_workers(t
 
 def test_mps_daemon_off_or_failing_runs_the_block_without_it(tmp_path, monkeypatch, capsys):
     log = fake_mps_control(tmp_path, monkeypatch, exit_code=1)
-    with train.mps_daemon(False):
-        assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+    with train.mps_daemon(False) as running:
+        assert not running and "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
     assert not log.exists()
-    with train.mps_daemon(True):  # the daemon fails to start: said, and the block still runs, without MPS
-        assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+    with train.mps_daemon(True) as running:  # the daemon fails to start: said, and the block runs without MPS
+        assert not running and "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
     assert log.read_text().split()[0] == "start" and "did not start" in capsys.readouterr().out
     monkeypatch.setenv("PATH", "/nonexistent")
     with train.mps_daemon(True):
