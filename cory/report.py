@@ -254,6 +254,21 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *rows]
 
 
+def time_table(timings: list[dict]) -> list[str]:
+    """Each stage's seconds, minutes and share of the stages' total (the report stage left out: it is still running
+    when it writes this), with its peak host and GPU memory (the stage process's own: a worker's GPU memory is in the
+    runs' table)."""
+    timings = [t for t in timings if t.get("stage") != "report"]
+    if not timings:
+        return ["(no stage timing files were found)"]
+    total = sum(float(t["seconds"]) for t in timings)
+    memory = lambda t, key: f"{t[key]:.1f}" if t.get(key) is not None else "-"  # noqa: E731
+    return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)", "peak GPU memory (GiB)"],
+                  [[t["stage"], f"{t['seconds']:.1f}", f"{t['seconds'] / 60:.2f}", f"{t['seconds'] / total:.0%}",
+                    memory(t, "peak_rss_gib"), memory(t, "peak_gpu_gib")] for t in timings]
+                  + [["**total**", f"{total:.1f}", f"{total / 60:.2f}", "100%"]])
+
+
 def setup_markdown(inputs: Inputs) -> list[str]:
     """Models, reward model, hyperparameters (from the runs' config.json) and the time every stage took."""
     lines = ["## Setup", "", "### Base models (outputs/<profile>/metrics/base_models/)", ""]
@@ -282,17 +297,9 @@ def setup_markdown(inputs: Inputs) -> list[str]:
         lines += [f"The Pareto sweep of task `{task}` (group `{sweep.group}`, seeds {_seed_list(sweep.seeds)}) repeats "
                   f"PPO and CORY at η = ppo.init_kl_coef in {{{', '.join(f'{e:g}' for e in etas)}}} "
                   f"(ppo.adaptive_kl = {json.dumps(adaptive)}).", ""]
-    lines += ["### Time", "", "Stage wall time (outputs/<profile>/metrics/timing/; the report stage not included):", ""]
-    timings = [t for t in inputs.timings if t.get("stage") != "report"]
-    if timings:
-        total = sum(float(t["seconds"]) for t in timings)
-        memory = lambda t, key: f"{t[key]:.1f}" if t.get(key) is not None else "-"  # noqa: E731
-        lines += _table(["stage", "seconds", "minutes", "peak host memory (GiB)", "peak GPU memory (GiB)"],
-                        [[t["stage"], f"{t['seconds']:.1f}", f"{t['seconds'] / 60:.2f}", memory(t, "peak_rss_gib"),
-                          memory(t, "peak_gpu_gib")] for t in timings]
-                        + [["**total**", f"{total:.1f}", f"{total / 60:.2f}"]])
-    else:
-        lines += ["(no stage timing files were found)"]
+    lines += ["### Time", "", "Stage wall time (outputs/<profile>/metrics/timing/; the report stage not included; "
+              "DVC's own hashing and caching and each stage's process start are outside every stage's time):", ""]
+    lines += time_table(inputs.timings)
     lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
               "runtime.workers of them at once on each GPU it sees):", ""]
     swept = [by_eta for sweep in inputs.sweeps.values() for by_eta in sweep.runs.values()]

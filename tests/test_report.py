@@ -28,7 +28,7 @@ from cory.claims import (
 from cory.config import ConfigError, from_dict
 from cory.experiments import ExperimentConfig
 from cory.metrics import MetricsWriter, glossary_markdown
-from cory.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, write_report
+from cory.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, time_table, write_report
 from cory.results import Run, load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
@@ -510,3 +510,13 @@ def test_every_mean_std_in_the_report_has_sensible_digits(tmp_path):
     for mean, per_seed in rows:  # the per-seed values have the mean's decimal places
         places = len(mean.partition(".")[2])
         assert all(len(v.partition(".")[2]) == places for v in re.findall(r": (-?[\d.]+|n/a)", per_seed) if v != "n/a")
+
+
+def test_time_table_gives_each_stage_its_share_of_the_total_without_the_report():
+    timings = [{"stage": "train", "seconds": 300.0, "peak_rss_gib": 2.0}, {"stage": "evaluate", "seconds": 100.0},
+               {"stage": "report", "seconds": 50.0}]
+    rows = [line.split("|")[1:-1] for line in time_table(timings)[2:]]
+    assert [[cell.strip() for cell in row[:4]] for row in rows] == [
+        ["train", "300.0", "5.00", "75%"], ["evaluate", "100.0", "1.67", "25%"], ["**total**", "400.0", "6.67", "100%"]]
+    assert rows[0][4].strip() == "2.0" and rows[1][4].strip() == "-"
+    assert time_table([{"stage": "report", "seconds": 1.0}]) == ["(no stage timing files were found)"]
