@@ -4,13 +4,17 @@
 #                                                  # option, with the profiled iteration's kernel count and GPU time
 #   bash scripts/bench_speed.sh vocab              # one math CORY process alone with the profile's math tokenizer,
 #                                                  # then GPT-2's whole vocabulary, then again (order effects)
+#   bash scripts/bench_speed.sh paper              # the paper's GPT-2 Large shape (stand-ins built here on the GPU):
+#                                                  # imdb/ppo and imdb/cory of the paper profile with its settings,
+#                                                  # then with the aligned head, the static KV cache and both
+#                                                  # (scripts/bench_paper.py; JSON per variant in $OUT/paper-*.json)
 #   bash scripts/bench_speed.sh workers GROUP N [VARIANT]  # N processes at once (as the train stage runs them),
 #                                                  # without and then with CUDA MPS (kernels of different processes
 #                                                  # run at the same time instead of taking turns on the GPU;
 #                                                  # MPS=on|off: only with / without it); with VARIANT, that only
 # Output in $OUT/bench-<what>.txt and on stdout.
 set -uo pipefail
-what=${1:?usage: $0 imdb|math | workers GROUP N [VARIANT]}; shift
+what=${1:?usage: $0 imdb|math|vocab|paper | workers GROUP N [VARIANT]}; shift
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 FILTER="Loading|Writing|LOAD REPORT|^Key|^---|MISSING|^Notes|^\s*$|_warn_once|profiler"
@@ -29,6 +33,19 @@ case "$what" in
     for params in params.yaml "$full" params.yaml "$full"; do
       echo "== base_models.math.tokenizer: $(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['base_models']['math'].get('tokenizer', 'offline-gpt2'))" "$params")" | tee -a "$OUT/bench-$what.txt"
       CORY_PARAMS=$params bench --group math --run cory --iterations 3 --warmup 3
+    done ;;
+  paper)  # the speed issue's item 3 and the paper-scale issue's targets: PPO <= 1.0 s, CORY <= 2.0x PPO
+    # (SCALE=tiny DEVICE=cpu: the same steps at toy sizes, to try the script on a CPU)
+    python3 -m scripts.build_standins standins --only gpt2-large distilbert-imdb --profile paper_standins \
+      --offline-data --device "${DEVICE:-cuda}" --scale "${SCALE:-full}" > /tmp/build_standins.log 2>&1 ||
+      { tail -20 /tmp/build_standins.log; exit 1; }
+    python3 -m pipeline.profile paper_standins || exit 1
+    for variant in plain ppo.align_head=true ppo.generation.cache=static both; do
+      case $variant in plain) sets=() ;; both) sets=(--set ppo.align_head=true --set ppo.generation.cache=static) ;;
+        *) sets=(--set "$variant") ;; esac
+      echo "== $variant" | tee -a "$OUT/bench-$what.txt"
+      python3 -m scripts.bench_paper --iterations 3 --only imdb/ppo imdb/cory "${sets[@]}" \
+        --out "$OUT/paper-${variant//[^a-z0-9]/_}.json" 2>&1 | grep -Ev "$FILTER" | tee -a "$OUT/bench-$what.txt"
     done ;;
   workers)
     group=${1:?group} n=${2:?workers} variant=${3:-}
