@@ -76,16 +76,8 @@ def make_experience(
         with autocast(device, cfg.mixed_precision):
             logits, values = forward_response(agent.forward_lm, part, agent.value_head)
             ref_logits, _ = forward_response(ref_lm, part)
-        parts.append(
-            (
-                ppo.logprobs_of(logits, part.response_ids),
-                ppo.logprobs_of(ref_logits, part.response_ids),
-                values.float(),
-                ppo.full_kl(logits, ref_logits),
-                ppo.entropy_from_logits(logits),
-            )
-        )
-    logprobs, ref_logprobs, values, kl, entropy = (torch.cat(x) for x in zip(*parts))
+        parts.append((*ppo.response_statistics(logits, ref_logits, part.response_ids), values.float()))
+    logprobs, ref_logprobs, kl, entropy, values = (torch.cat(x) for x in zip(*parts))
 
     if cfg.group_baseline:
         scores = ppo.leave_one_out_baseline(scores, cfg.samples_per_query)

@@ -71,6 +71,19 @@ def full_kl(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
     return (logp.exp() * (logp - ref_logp)).sum(-1)
 
 
+def response_statistics(logits: torch.Tensor, ref_logits: torch.Tensor, tokens: torch.Tensor):
+    """The experience's per-token quantities from the policy's and the reference's logits (B, T, V) and the sampled
+    tokens (B, T): (log pi(token), log pi_ref(token), full_kl, entropy), each (B, T). The same values, bit for bit,
+    as logprobs_of (twice), full_kl and entropy_from_logits, from one log-softmax of each model's logits and one exp
+    instead of six log-softmaxes and two exps over the vocabulary (memory-bound passes over B x T x V floats)."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    ref_logp = F.log_softmax(ref_logits.float(), dim=-1)
+    p = logp.exp()
+    index = tokens.unsqueeze(-1)
+    return (torch.gather(logp, 2, index).squeeze(-1), torch.gather(ref_logp, 2, index).squeeze(-1),
+            (p * (logp - ref_logp)).sum(-1), -(p * logp).sum(-1))
+
+
 def kl_estimate(kind: str, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, exact: torch.Tensor | None = None):
     """Per-token KL penalty estimator (trl 0.7 `_kl_penalty`); (B, T) inputs -> (B, T).
 

@@ -166,3 +166,14 @@ def test_leave_one_out_baseline_by_hand():
         ppo.leave_one_out_baseline(scores, 4)
     with pytest.raises(ValueError):
         ppo.leave_one_out_baseline(scores, 1)
+
+
+def test_response_statistics_equal_the_separate_functions_bit_for_bit():
+    torch.manual_seed(0)
+    logits, ref_logits = torch.randn(3, 5, 11) * 3, torch.randn(3, 5, 11) * 3
+    tokens = torch.randint(0, 11, (3, 5))
+    got = ppo.response_statistics(logits, ref_logits, tokens)
+    want = (ppo.logprobs_of(logits, tokens), ppo.logprobs_of(ref_logits, tokens), ppo.full_kl(logits, ref_logits),
+            ppo.entropy_from_logits(logits))
+    for a, b in zip(got, want):
+        assert a.shape == (3, 5) and torch.equal(a, b)
