@@ -38,24 +38,25 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     from cory.classifier import ClassifierConfig, build_classifier
     from cory.config import merge
     from cory.experiments import expand_jobs, parse_experiment
-    from cory.pretrain import LMConfig, build_causal_lm, save_model
+    from cory.pretrain import build_causal_lm, save_model
     from cory.rewards import build_reward
-    from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
-    from pipeline.common import device, load_params
+    from cory.tokenizer import CORPUS_VOCABULARY
+    from pipeline.base_models import BaseModelConfig, scratch_tokenizer
+    from pipeline.common import device, load_params, section
 
     params = load_params()  # params.yaml, or $CORY_PARAMS
     exp, task = parse_experiment(params, group)
     train = merge(params["train"], dotted_overrides(variant))
     job = next(j for j in expand_jobs(group, exp, task, train, [0], work) if j.run == run)
-    base = params["base_models"][job.model]
-    if base.get("tokenizer") == CORPUS_VOCABULARY:  # GPT-2's pieces that the generated problems use, as the stage does
+    base = section(params, f"base_models.{job.model}", BaseModelConfig)
+    texts = []
+    if base.tokenizer == CORPUS_VOCABULARY:  # the generated problems stand in for the stage's prepared corpus
         from cory.mathgen import MathGenConfig, generate_problems, pretraining_texts
 
         problems = generate_problems(MathGenConfig(**params["data"]["math"]["generator"]))["pretrain"]
-        tokenizer = corpus_vocabulary(pretraining_texts(problems, slip_rate=base.get("slip_rate", 0.0)))
-    else:
-        tokenizer = load_tokenizer("offline-gpt2")
-    shape = LMConfig(**base["lm"])
+        texts = pretraining_texts(problems, slip_rate=base.slip_rate)
+    tokenizer = scratch_tokenizer(base, texts)  # the base-model stage's choice
+    shape = base.lm
     lm = build_causal_lm(shape, len(tokenizer), tokenizer.eos_token_id).to(device())
     if task.reward == "sentiment":
         classifier = build_classifier(tokenizer, ClassifierConfig(lm=shape))
