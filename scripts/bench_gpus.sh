@@ -4,40 +4,64 @@
 #   bash scripts/bench_gpus.sh [GROUP ...]       # default: imdb; on a machine with 2+ GPUs (kind nvidia-h100-x2)
 # It first runs the stages the groups need (dvc repro train's upstream, cached), then trains the groups twice in two
 # copies of the repository, CUDA_VISIBLE_DEVICES=<the first> and then every GPU (ALL=2,3: those two), and compares every run's history.csv.
+# BESIDE=<repository copy> instead: that copy's `dvc repro` (scripts/device_repro.sh, started on one GPU) is the
+# one-GPU side. Once its log says the train stage began, its base and reward models are copied and the groups
+# (default: the whole train stage) train on ALL at the same time; its train stage's time and runs are then
+# compared with these. Both sides train the same models, so each side's runs start from the same weights; give
+# each side the cores its machine would have (taskset), since they run side by side.
 # Results: $OUT/bench_gpus.txt where OUT is set (the lending tool), else stdout only.
 set -euo pipefail
-groups=${*:-imdb}
 all=${ALL:-$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")}  # ALL=0,1 to choose
 one=${all%%,*}  # the first of them alone
-dvc repro prepare_imdb prepare_math base_model@imdb_small base_model@imdb_large base_model@math reward_model
 profile=$(python3 -c "import yaml; print(yaml.safe_load(open('params.yaml'))['profile'])")
+[ -n "${OUT:-}" ] && mkdir -p "$OUT"
 : > /tmp/bench-gpus.times   # "GPUS SECONDS" per training, this call's only
-for gpus in "$one" "$all"; do
-  copy=/tmp/bench-gpus-${gpus//,/_}
-  rm -rf "$copy" && cp -a . "$copy"
+train_copy() {  # train_copy SOURCE GPUS GROUPS...: train in a copy of SOURCE without its runs; its time to the list
+  local source=$1 gpus=$2 copy=/tmp/bench-gpus-${2//,/_} start; shift 2
+  rm -rf "$copy" && cp -a "$source" "$copy"
   rm -rf "$copy/outputs/$profile/runs" "$copy/checkpoints"
   start=$(date +%s.%N)
-  (cd "$copy" && CUDA_VISIBLE_DEVICES=$gpus python3 -m pipeline.train $groups > train.log 2>&1)
+  (cd "$copy" && CUDA_VISIBLE_DEVICES=$gpus python3 -m pipeline.train "$@" > train.log 2>&1)
   echo "$gpus $(python3 -c "import time; print(time.time() - $start)")" >> /tmp/bench-gpus.times
-done
-python3 - "$profile" "$one" "$all" <<'PY' | tee ${OUT:+"$OUT/bench_gpus.txt"}
-import csv, sys
+}
+if [ -n "${BESIDE:-}" ]; then
+  until grep -q "Running stage 'train'" "$BESIDE/repro.log" 2>/dev/null; do sleep 5; done
+  train_copy "$BESIDE" "$all" "$@"
+  until grep -q "Running stage 'evaluate'" "$BESIDE/repro.log" 2>/dev/null; do sleep 5; done
+  one=beside one_runs=$BESIDE/outputs/$profile/runs
+  echo "beside $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['seconds'])" \
+    "$BESIDE/outputs/$profile/metrics/timing/train.json")" >> /tmp/bench-gpus.times
+else
+  groups=(${@:-imdb})
+  dvc repro prepare_imdb prepare_math base_model@imdb_small base_model@imdb_large base_model@math reward_model
+  for gpus in "$one" "$all"; do train_copy . "$gpus" "${groups[@]}"; done
+  one_runs=/tmp/bench-gpus-${one//,/_}/outputs/$profile/runs
+fi
+python3 - "$profile" "$one" "$all" "$one_runs" <<'PY' | tee ${OUT:+"$OUT/bench_gpus.txt"}
+import csv, statistics, sys
 from pathlib import Path
-profile, one_gpu, all_gpus = sys.argv[1:4]
+profile, one_gpu, all_gpus, one_runs = sys.argv[1:5]
 times = dict(line.split() for line in open("/tmp/bench-gpus.times").read().splitlines())
-one, many = (Path(f"/tmp/bench-gpus-{g.replace(',', '_')}/outputs/{profile}/runs") for g in (one_gpu, all_gpus))
+one, many = Path(one_runs), Path(f"/tmp/bench-gpus-{all_gpus.replace(',', '_')}/outputs/{profile}/runs")
 histories = sorted(one.glob("*/*/seed*/history.csv"))
 iterations = sum(sum(1 for _ in open(h)) - 1 for h in histories)
 t1, tn = float(times[one_gpu]), float(times[all_gpus])
-print(f"{len(histories)} runs, {iterations} iterations: GPU {one_gpu} {t1:.0f} s, GPUs {all_gpus} {tn:.0f} s; "
+print(f"{len(histories)} runs, {iterations} iterations: one GPU ({one_gpu}) {t1:.0f} s, GPUs {all_gpus} {tn:.0f} s; "
       f"throughput x{t1 / tn:.2f}")
-worst = {}
+worst, last = {}, {}
 for h in histories:
     a = list(csv.DictReader(open(h)))
     b = list(csv.DictReader(open(many / h.relative_to(one))))
     assert len(a) == len(b), h
+    run = str(h.parent.parent.relative_to(one))
     for key in ("llm1/task_reward", "llm1/kl"):
         diff = max(abs(float(x[key]) - float(y[key])) for x, y in zip(a, b))
         worst[key] = max(worst.get(key, 0.0), diff)
+        for side, rows in (("one", a), ("many", b)):
+            last.setdefault((run, key, side), []).append(statistics.mean(float(x[key]) for x in rows[-10:]))
 print("largest difference of any run at any iteration between the two:", {k: f"{v:.3g}" for k, v in worst.items()})
+print("mean of the last 10 iterations, per seed: one GPU | all GPUs")
+for run in sorted({r for r, _, _ in last}):
+    print(run, " ".join(f"{key.split('/')[1]} " + " ".join(f"{v:.3g}" for v in last[run, key, "one"]) + " | "
+                        + " ".join(f"{v:.3g}" for v in last[run, key, "many"]) for key in ("llm1/task_reward", "llm1/kl")))
 PY

@@ -3,7 +3,7 @@ GPU memory, and the projected wall time of the whole profile (issue 10 item 3).
 
     python -m scripts.build_standins --profile paper_standins --offline-data --device cuda   # the paper's shapes
     python -m pipeline.profile paper_standins
-    python -m scripts.bench_paper [--iterations 3] [--only math/cory ...] [--set ppo.batch_size=8 ...]
+    python -m scripts.bench_paper [--iterations 3] [--only math/cory ...] [--set ppo.batch_size=8 ...] [--profile]
                                   [--out reports/paper/scale.json]
     python -m scripts.bench_paper --combine A.json B.json ... [--out ...]   # merge earlier measurements (no GPU)
 
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.common import QUERY_WORDS, set_dotted
+from scripts.common import QUERY_WORDS, profile_iteration, set_dotted
 
 
 def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] | None]:
@@ -71,7 +71,7 @@ def source_of(params: dict, name: str | None) -> str | None:
     return params["base_models"][name]["source"] if name in params["base_models"] else name
 
 
-def measure(job, params: dict, iterations: int, overrides: dict, device: str) -> dict:
+def measure(job, params: dict, iterations: int, overrides: dict, device: str, profile: bool = False) -> dict:
     import torch
 
     from cory.config import TrainConfig, from_dict, merge, to_dict
@@ -102,6 +102,8 @@ def measure(job, params: dict, iterations: int, overrides: dict, device: str) ->
         if it:
             timings.append({k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")})
     seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
+    if profile and device == "cuda":  # one more iteration under the profiler, printed (not in the JSON)
+        print(profile_iteration(lambda: trainer.step(queries, answers), seconds["iteration"]), flush=True)
     return {**cost_fields(model, train), "params_total": total, "params_trainable": trainable,
             "iterations_timed": iterations, "seconds_per_iteration": seconds["iteration"],
             "split": {k: v for k, v in seconds.items() if k != "iteration"},
@@ -176,6 +178,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--only", nargs="*", default=[], help="GROUP/RUN names (default: every run)")
     parser.add_argument("--set", action="append", default=[], help="a train setting for every run, e.g. ppo.batch_size=8")
     parser.add_argument("--out", default=None, help="default: reports/<profile>/scale.json")
+    parser.add_argument("--profile", action="store_true",
+                        help="after each run's timed iterations, one more under torch.profiler: its top kernels and "
+                             "host operators")
     parser.add_argument("--combine", nargs="+", default=None, metavar="JSON",
                         help="measure nothing: take every run of the params from these bench files (see combine())")
     args = parser.parse_args(argv)
@@ -203,7 +208,7 @@ def main(argv: list[str]) -> None:
     for group, run, job in chosen:
         start = time.perf_counter()
         try:
-            r = runs[f"{group}/{run}"] = measure(job, params, args.iterations, overrides, device)
+            r = runs[f"{group}/{run}"] = measure(job, params, args.iterations, overrides, device, args.profile)
         except Exception as error:  # one run that cannot run (memory, a missing package) must not hide the others
             runs[f"{group}/{run}"] = {"model": source_of(params, job.model), "error": f"{type(error).__name__}: {error}"}
             print(f"bench_paper: {group}/{run} failed: {type(error).__name__}: {error}", flush=True)

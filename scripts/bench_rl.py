@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from scripts.common import QUERY_WORDS, dotted_overrides
+from scripts.common import QUERY_WORDS, dotted_overrides, profile_iteration
 
 
 def build(group: str, run: str, work: Path, variant: str = ""):
@@ -96,21 +96,8 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
         result["wall_per_iteration"] = wall / iterations
         result["warmup_seconds"] = warmup_seconds  # includes any compilation
         if profile and torch.cuda.is_available():
-            from torch.profiler import ProfilerActivity, profile as torch_profile
-
-            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                trainer.step(prompts, answers)
-                torch.cuda.synchronize()
-            averages = prof.key_averages()
-            kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
-            busy_ms = sum(e.self_device_time_total for e in kernels) / 1e3
-            result["profile"] = (f"GPU kernels in one iteration: {sum(e.count for e in kernels)} launches, busy "
-                                 f"{busy_ms:.1f} ms (of {1e3 * result['wall_per_iteration']:.0f} ms per iteration)\n"
-                                 + averages.table(sort_by="cuda_time_total", row_limit=20) + "\n"
-                                 + averages.table(sort_by="self_cpu_time_total", row_limit=20))
-            if trace is not None:
-                trace.parent.mkdir(parents=True, exist_ok=True)
-                prof.export_chrome_trace(str(trace))
+            result["profile"] = profile_iteration(lambda: trainer.step(prompts, answers),
+                                                  result["wall_per_iteration"], trace)
     return result
 
 

@@ -7,7 +7,8 @@
 #   bash scripts/bench_speed.sh paper              # the paper's GPT-2 Large shape (stand-ins built here on the GPU):
 #                                                  # imdb/ppo and imdb/cory of the paper profile with its settings,
 #                                                  # then with the aligned head, the static KV cache and both
-#                                                  # (scripts/bench_paper.py; JSON per variant in $OUT/paper-*.json)
+#                                                  # (scripts/bench_paper.py; JSON per variant in $OUT/paper-*.json;
+#                                                  # the last variant's iterations profiled: top kernels, host ops)
 #   bash scripts/bench_speed.sh workers GROUP N [VARIANT]  # N processes at once (as the train stage runs them),
 #                                                  # without and then with CUDA MPS (kernels of different processes
 #                                                  # run at the same time instead of taking turns on the GPU;
@@ -41,7 +42,7 @@ case "$what" in
       { tail -20 /tmp/build_standins.log; exit 1; }
     python3 -m pipeline.profile paper_standins || exit 1
     for variant in plain ppo.align_head=true ppo.generation.cache=static both; do
-      case $variant in plain) sets=() ;; both) sets=(--set ppo.align_head=true --set ppo.generation.cache=static) ;;
+      case $variant in plain) sets=() ;; both) sets=(--set ppo.align_head=true --set ppo.generation.cache=static --profile) ;;
         *) sets=(--set "$variant") ;; esac
       echo "== $variant" | tee -a "$OUT/bench-$what.txt"
       python3 -m scripts.bench_paper --iterations 3 --only imdb/ppo imdb/cory "${sets[@]}" \

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import yaml
 
@@ -29,3 +30,25 @@ def dotted_overrides(spec: str) -> dict[str, Any]:
     for item in filter(None, spec.split(",")):
         set_dotted(tree, item)
     return tree
+
+
+def profile_iteration(step: Callable[[], Any], seconds_per_iteration: float, trace: Path | None = None) -> str:
+    """Run `step` (one training iteration) once under torch.profiler on a GPU: its kernel count and GPU-busy time
+    (the sum of its kernels) against the iteration's wall time, the CUDA kernels that take the most GPU time and the
+    host-side operators that take the most CPU time; with `trace`, its Chrome trace there."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    averages = prof.key_averages()
+    kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_ms = sum(e.self_device_time_total for e in kernels) / 1e3
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+    return (f"GPU kernels in one iteration: {sum(e.count for e in kernels)} launches, busy {busy_ms:.1f} ms (of "
+            f"{1e3 * seconds_per_iteration:.0f} ms per iteration)\n"
+            + averages.table(sort_by="cuda_time_total", row_limit=20) + "\n"
+            + averages.table(sort_by="self_cpu_time_total", row_limit=20))
