@@ -23,24 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from scripts.common import QUERY_WORDS, profile_iteration, set_dotted
-
-
-def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] | None]:
-    """n queries of the task's kind (their content does not change the cost, their length does a little)."""
-    rng = random.Random(seed)
-    if task == "sentiment":
-        return [" ".join(rng.choice(QUERY_WORDS) for _ in range(rng.randint(2, 8))) for _ in range(n)], None
-    from cory.mathgen import MathGenConfig, generate_problems
-
-    problems = generate_problems(MathGenConfig(n_pretrain=0, n_rl=n, n_test=0, seed=seed))["rl"]
-    return [p["question"] for p in problems], [p["answer"] for p in problems]
+from scripts.common import profile_iteration, queries_of, set_dotted
 
 
 def plan(params: dict, only: list[str]) -> list[tuple[str, str, object]]:

@@ -28,13 +28,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from scripts.common import QUERY_WORDS, dotted_overrides, profile_iteration
+from scripts.common import dotted_overrides, profile_iteration, queries_of
 
 
 def build(group: str, run: str, work: Path, variant: str = ""):
-    """(TrainConfig, lm, tokenizer, reward_fn, prompts) for one run of the profile, on random weights."""
-    import numpy as np
-
+    """(TrainConfig, lm, tokenizer, reward_fn, queries, answers) for one run of the profile, on random weights; the
+    queries are of the task's kind (word openings, or generated math problems whose words the math model's corpus
+    vocabulary has: other words would split into bytes and make its prompts longer than its positions)."""
     from cory.classifier import ClassifierConfig, build_classifier
     from cory.config import merge
     from cory.experiments import expand_jobs, parse_experiment
@@ -64,9 +64,8 @@ def build(group: str, run: str, work: Path, variant: str = ""):
         reward = build_reward("sentiment", model_name_or_path=str(work / "reward"), device=device())
     else:
         reward = build_reward("math")
-    rng = np.random.default_rng(0)
-    prompts = [" ".join(rng.choice(QUERY_WORDS, size=int(rng.integers(2, 8)))) for _ in range(job.train.ppo.queries_per_batch)]
-    return job.train, lm, tokenizer, reward, prompts
+    queries, answers = queries_of(task.reward, job.train.ppo.queries_per_batch)
+    return job.train, lm, tokenizer, reward, queries, answers
 
 
 def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, profile: bool = False,
@@ -77,9 +76,8 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
     from cory.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg, lm, tokenizer, reward, prompts = build(group, run, Path(tmp), variant)
+        cfg, lm, tokenizer, reward, prompts, answers = build(group, run, Path(tmp), variant)
         trainer = Trainer(replace(cfg, samples_to_log=0), lm, tokenizer, reward, seed=0)
-        answers = ["0"] * len(prompts) if group == "math" else None
         if barrier is not None:
             barrier.wait()  # every process has built its models: time only the training
         start = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,6 +11,17 @@ import yaml
 
 QUERY_WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
 """Words the benchmarks draw IMDB-like queries from (their content does not change an iteration's cost)."""
+
+
+def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] | None]:
+    """n queries of the task's kind (their content does not change the cost, their length does a little)."""
+    rng = random.Random(seed)
+    if task == "sentiment":
+        return [" ".join(rng.choice(QUERY_WORDS) for _ in range(rng.randint(2, 8))) for _ in range(n)], None
+    from cory.mathgen import MathGenConfig, generate_problems
+
+    problems = generate_problems(MathGenConfig(n_pretrain=0, n_rl=n, n_test=0, seed=seed))["rl"]
+    return [p["question"] for p in problems], [p["answer"] for p in problems]
 
 
 def set_dotted(tree: dict[str, Any], item: str) -> dict[str, Any]:

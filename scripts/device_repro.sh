@@ -50,7 +50,8 @@ start() {
   git rev-parse -q --verify HEAD > /dev/null || git init -q .
   git add -A && git -c user.name=repro -c user.email=repro@localhost commit -qm snapshot 2>/dev/null
   : > "$LOG"
-  setsid bash -c "start=\$(date +%s); { ${RUN:-dvc repro}; } > $LOG 2>&1; echo \"exit \$? after \$(( \$(date +%s) - start )) s\" > repro.done" \
+  # the log's first and last lines: when it started and how long it took (collect and log carry both)
+  setsid bash -c "start=\$(date +%s); { echo \"[device_repro] started \$(date -u +%FT%TZ)\"; ${RUN:-dvc repro}; } > $LOG 2>&1; echo \"exit \$? after \$(( \$(date +%s) - start )) s\" | tee repro.done >> $LOG" \
     < /dev/null > /dev/null 2>&1 &
   echo $! > job.pid
   echo "${RUN:-dvc repro} started in the background in $WORK (log: $LOG)"
