@@ -36,7 +36,7 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     queries are of the task's kind (word openings, or generated math problems whose words the math model's corpus
     vocabulary has: other words would split into bytes and make its prompts longer than its positions)."""
     from cory.classifier import ClassifierConfig, build_classifier
-    from cory.config import merge
+    from cory.config import TrainConfig, from_dict, merge, to_dict
     from cory.experiments import expand_jobs, parse_experiment
     from cory.pretrain import build_causal_lm, save_model
     from cory.rewards import build_reward
@@ -46,8 +46,10 @@ def build(group: str, run: str, work: Path, variant: str = ""):
 
     params = load_params()  # params.yaml, or $CORY_PARAMS
     exp, task = parse_experiment(params, group)
-    train = merge(params["train"], dotted_overrides(variant))
-    job = next(j for j in expand_jobs(group, exp, task, train, [0], work) if j.run == run)
+    job = next(j for j in expand_jobs(group, exp, task, params["train"], [0], work) if j.run == run)
+    # The variant goes over the run's resolved settings: a key the group or the run sets (math's micro-batches, its
+    # static cache) is changed too, not overridden back by the group.
+    train = from_dict(TrainConfig, merge(to_dict(job.train), dotted_overrides(variant)), "train")
     base = section(params, f"base_models.{job.model}", BaseModelConfig)
     texts = []
     if base.tokenizer == CORPUS_VOCABULARY:  # the generated problems stand in for the stage's prepared corpus
@@ -64,8 +66,8 @@ def build(group: str, run: str, work: Path, variant: str = ""):
         reward = build_reward("sentiment", model_name_or_path=str(work / "reward"), device=device())
     else:
         reward = build_reward("math")
-    queries, answers = queries_of(task.reward, job.train.ppo.queries_per_batch)
-    return job.train, lm, tokenizer, reward, queries, answers
+    queries, answers = queries_of(task.reward, train.ppo.queries_per_batch)
+    return train, lm, tokenizer, reward, queries, answers
 
 
 def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, profile: bool = False,
