@@ -20,11 +20,13 @@
 #                                              # and `scripts.variants drift`: why the training reward does not rise
 #   bash scripts/diagnostics.sh math-cache     # math PPO with the dynamic vs the static KV cache vs the aligned LM
 #                                              # head, 3 seeds, held-out pass@k: do the speed options keep the curves?
+#   bash scripts/diagnostics.sh math-microbatch  # math PPO and CORY in micro-batches of 32 x 4 vs 128 x 1, 3 seeds,
+#                                              # held-out pass@k: the same curves? (and each run's wall time)
 # Each runs its stages' prerequisites, then 2 seeds of each variant at once (scripts/variants.py), and prints LLM1's
 # metrics per block of 10 iterations (also written to $OUT/<name>.txt when $OUT is set, as on the lent GPU machine).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
-name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value | math-group | math-lora | math-scale | math-long | math-batch | math-slip | math-slip3 | math-lr | math-cache}
+name=${1:?usage: $0 imdb-dropout | imdb-kl | math-drift | math-value | math-group | math-lora | math-scale | math-long | math-batch | math-slip | math-slip3 | math-lr | math-cache | math-microbatch}
 P=cory.n_agents=1 C=cory.n_agents=2   # single-agent PPO / CORY
 full=ppo.kl_penalty=full nodrop=ppo.dropout=none drop=ppo.dropout=update
 seeds="0 1"
@@ -105,6 +107,12 @@ case "$name" in
     # (each names both options: the default profile has the static cache and the aligned head on since 2026-11-27)
     runs=("ppo=$P,ppo.generation.cache=dynamic,ppo.align_head=false" "ppo_static=$P,ppo.generation.cache=static,ppo.align_head=false"
       "ppo_aligned=$P,ppo.generation.cache=dynamic,ppo.align_head=true") ;;
+  math-microbatch) group=math iterations=100 seeds="0 1 2" evaluate=1  # the speed issue: the batch of 128 in one
+    # micro-batch per optimizer step instead of 4 accumulated 32s (one math CORY process alone on an H100: 1.27 ->
+    # 0.70 s per iteration, scripts/bench_rl.py); do the curves stay? (the loss is a mean over the batch's tokens
+    # instead of a mean of 4 micro-batch means: the same gradient when every response has the same length)
+    M1=ppo.mini_batch_size=128,ppo.gradient_accumulation_steps=1,ppo.forward_batch_size=128
+    runs=("ppo=$P" "ppo_mb128=$P,$M1" "cory=$C" "cory_mb128=$C,$M1") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac
 params=$(mktemp --suffix .yaml)

@@ -84,7 +84,10 @@ def _mean(cells: list[str]) -> float:
 def summary(root: Path, block: int = 10) -> None:
     for run in sorted(root.glob("*/seed*")):
         rows = list(csv.DictReader(open(run / "history.csv")))
-        print(f"{run.parent.name}/{run.name}  (means over blocks of {block} iterations)")
+        finished = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else None
+        cost = (f"; {finished['wall_time_s']:.0f} s, peak GPU memory {finished['peak_gpu_memory_gib']:.2f} GiB"
+                if finished and finished.get("peak_gpu_memory_gib") is not None else "")
+        print(f"{run.parent.name}/{run.name}  (means over blocks of {block} iterations{cost})")
         print("  iters " + " ".join(m[:9].rjust(9) for m in METRICS))
         for start in range(0, len(rows), block):
             part = rows[start : start + block]
