@@ -149,8 +149,17 @@ def generate(
     model.train(dropout)
     chunks = []
     step = batch_size or len(prompts)
+    limit = model_positions(model)
+    room = None if limit is None else limit - max_new_tokens  # prompt tokens that leave the response its positions
+    if room is not None and room < 1:
+        raise ValueError(f"generate: {max_new_tokens} new tokens do not fit the model's {limit} positions")
     for start in range(0, len(prompts), step):
         enc = tokenizer(prompts[start : start + step], return_tensors="pt", padding=True).to(device)
+        if room is not None and enc.input_ids.shape[1] > room:
+            # Past the model's positions its position embedding has no row (a device-side assert on a GPU): keep the
+            # last `room` tokens of each prompt, where a template puts its cue ("Answer:"), and say so once.
+            _warn_truncated(enc.attention_mask.sum(1).max().item(), room, limit)
+            enc = enc.__class__({k: v[:, -room:] for k, v in enc.items()})
         cache = static_cache(model, enc.input_ids.shape, max_new_tokens) if gen.cache == "static" else {}
         with autocast(device, mixed_precision):
             out = model.generate(
@@ -178,6 +187,23 @@ def generate(
     return Rollout(prompt_ids, prompt_mask, response_ids, response_mask, list(prompts), responses)
 
 
+def model_positions(model) -> int | None:
+    """How many positions the model has (n_positions / max_position_embeddings), or None if its config has neither."""
+    config = model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+_warned_truncation = False
+
+
+def _warn_truncated(longest: int, room: int, limit: int) -> None:
+    global _warned_truncation
+    if not _warned_truncation:
+        _warned_truncation = True
+        print(f"[cory] a prompt of {longest} tokens leaves its response too few of the model's {limit} positions: "
+              f"prompts are cut to their last {room} tokens (warned once per process)", flush=True)
+
+
 def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, multiple: int = 64) -> dict:
     """`past_key_values` for `generate`: a transformers StaticCache for this batch size and a length of prompt +
     response rounded up to `multiple` (capped at the model's positions), kept on the model and reset between calls,
@@ -185,7 +211,7 @@ def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, mult
     from transformers import StaticCache
 
     config = model.config
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    limit = model_positions(model)
     length = -(-(prompt_shape[1] + max_new_tokens) // multiple) * multiple
     length = min(length, limit) if limit else length
     caches = model.__dict__.setdefault("_cory_static_caches", {})  # plain attribute: not a submodule or state
