@@ -257,16 +257,22 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 def time_table(timings: list[dict]) -> list[str]:
     """Each stage's seconds, minutes and share of the stages' total (the report stage left out: it is still running
     when it writes this), with its peak host and GPU memory (the stage process's own: a worker's GPU memory is in the
-    runs' table)."""
+    runs' table). Where every stage recorded its clock times, two more rows: the time between the stages (DVC's
+    hashing and caching, each stage's process start and imports) and the span from the first start to the last end."""
     timings = [t for t in timings if t.get("stage") != "report"]
     if not timings:
         return ["(no stage timing files were found)"]
     total = sum(float(t["seconds"]) for t in timings)
+    clocked = all(t.get("started_at") is not None and t.get("finished_at") is not None for t in timings)
+    span = max(t["finished_at"] for t in timings) - min(t["started_at"] for t in timings) if clocked else total
     memory = lambda t, key: f"{t[key]:.1f}" if t.get(key) is not None else "-"  # noqa: E731
-    return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)", "peak GPU memory (GiB)"],
-                  [[t["stage"], f"{t['seconds']:.1f}", f"{t['seconds'] / 60:.2f}", f"{t['seconds'] / total:.0%}",
-                    memory(t, "peak_rss_gib"), memory(t, "peak_gpu_gib")] for t in timings]
-                  + [["**total**", f"{total:.1f}", f"{total / 60:.2f}", "100%"]])
+    row = lambda name, seconds, *rest: [name, f"{seconds:.1f}", f"{seconds / 60:.2f}", f"{seconds / span:.0%}", *rest]  # noqa: E731
+    rows = [row(t["stage"], t["seconds"], memory(t, "peak_rss_gib"), memory(t, "peak_gpu_gib")) for t in timings]
+    if clocked:
+        rows += [row("*between the stages*", span - total), row("**first start to last end**", span)]
+    else:
+        rows += [row("**total**", total)]
+    return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)", "peak GPU memory (GiB)"], rows)
 
 
 def setup_markdown(inputs: Inputs) -> list[str]:
@@ -298,7 +304,9 @@ def setup_markdown(inputs: Inputs) -> list[str]:
                   f"PPO and CORY at η = ppo.init_kl_coef in {{{', '.join(f'{e:g}' for e in etas)}}} "
                   f"(ppo.adaptive_kl = {json.dumps(adaptive)}).", ""]
     lines += ["### Time", "", "Stage wall time (outputs/<profile>/metrics/timing/; the report stage not included; "
-              "DVC's own hashing and caching and each stage's process start are outside every stage's time):", ""]
+              "DVC's own hashing and caching and each stage's process start are outside every stage's time, and in the row "
+              "'between the stages' where the stages recorded their clock times; DVC's start before the first stage "
+              "is in no row):", ""]
     lines += time_table(inputs.timings)
     lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
               "runtime.workers of them at once on each GPU it sees):", ""]

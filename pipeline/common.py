@@ -191,7 +191,8 @@ def peak_memory() -> dict[str, float | None]:
 
 
 class stage_timer:
-    """Write outputs/<profile>/metrics/timing/<stage>.json with the stage's wall time (the report's timing table)."""
+    """Write outputs/<profile>/metrics/timing/<stage>.json with the stage's wall time, its start and end (Unix
+    seconds) and its peak memory (the report's time table)."""
 
     def __init__(self, params: dict[str, Any], stage: str):
         self.path = out_dir(params, "metrics", "timing", f"{stage.replace('@', '-')}.json")
@@ -200,14 +201,15 @@ class stage_timer:
     def __enter__(self) -> "stage_timer":
         import time
 
-        self.start = time.perf_counter()
+        self.start, self.started_at = time.perf_counter(), time.time()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         import time
 
-        if exc_type is None:
+        if exc_type is None:  # with the clock times, the report finds what ran between the stages (DVC, process start)
             write_json(self.path, {"stage": self.stage, "seconds": round(time.perf_counter() - self.start, 2),
+                                   "started_at": round(self.started_at, 1), "finished_at": round(time.time(), 1),
                                    **peak_memory()})
 
 

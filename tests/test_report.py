@@ -520,3 +520,12 @@ def test_time_table_gives_each_stage_its_share_of_the_total_without_the_report()
         ["train", "300.0", "5.00", "75%"], ["evaluate", "100.0", "1.67", "25%"], ["**total**", "400.0", "6.67", "100%"]]
     assert rows[0][4].strip() == "2.0" and rows[1][4].strip() == "-"
     assert time_table([{"stage": "report", "seconds": 1.0}]) == ["(no stage timing files were found)"]
+
+
+def test_time_table_shows_the_time_between_the_stages_when_they_recorded_their_clock():
+    timings = [{"stage": "train", "seconds": 300.0, "started_at": 1000.0, "finished_at": 1300.0},
+               {"stage": "evaluate", "seconds": 100.0, "started_at": 1350.0, "finished_at": 1450.0},
+               {"stage": "report", "seconds": 50.0, "started_at": 1460.0, "finished_at": 1510.0}]
+    rows = [[cell.strip() for cell in line.split("|")[1:5]] for line in time_table(timings)[2:]]
+    assert rows == [["train", "300.0", "5.00", "67%"], ["evaluate", "100.0", "1.67", "22%"],
+                    ["*between the stages*", "50.0", "0.83", "11%"], ["**first start to last end**", "450.0", "7.50", "100%"]]
