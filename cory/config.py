@@ -193,6 +193,12 @@ class PPOConfig:
     output matmuls with slow fallback kernels (the profile of a default-profile iteration shows them among the
     largest GPU items); padding made the base-model stage's output-layer matmuls ~4x faster on an H200. A no-op for
     a vocabulary that is a multiple of 64 already (Llama-2's 32,000)."""
+    fused_gelu: bool = False
+    """Run a tanh-approximated GELU written out in elementwise operations (transformers' "gelu_new": GPT-2's, GPT2-
+    Large's and GPT2-XL's published configs) as PyTorch's one fused kernel (gelu(approximate="tanh")): the same
+    function, rounded once instead of after each of its ~8 operations. At the GPT2-Large shape those operations were
+    among the largest GPU items of an iteration (scripts/bench_paper.py --profile). The default profile's models are
+    built with the fused one already."""
     compile: bool = False
     """torch.compile (dynamic shapes) the policy's, value head's and reference's forward passes of the experience and
     the update (not sampling: `generation.cache` "static" compiles that). Fuses a small model's many small kernels,

@@ -116,6 +116,21 @@ def align_lm_head(lm) -> bool:
     return True
 
 
+def fuse_gelu(lm) -> int:
+    """Replace each transformers NewGELUActivation ("gelu_new", GPT-2's tanh GELU written out in ~8 elementwise
+    operations) in `lm` by the fused kernel of the same function ("gelu_pytorch_tanh"; ppo.fused_gelu), in place;
+    the config is left as it is, so a saved model loads as before. Returns how many it replaced."""
+    from transformers.activations import ACT2FN, NewGELUActivation
+
+    replaced = 0
+    for module in list(lm.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, NewGELUActivation):
+                setattr(module, name, ACT2FN["gelu_pytorch_tanh"])
+                replaced += 1
+    return replaced
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 

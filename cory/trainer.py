@@ -20,7 +20,7 @@ from cory.config import TrainConfig
 from cory.learner import Experience, NonFiniteError, make_experience, whole_groups, ppo_update
 from cory.metrics import distinct_n
 from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
-from cory.rollout import Rollout, align_lm_head, configure_gpu_for_rl, generate
+from cory.rollout import Rollout, align_lm_head, configure_gpu_for_rl, fuse_gelu, generate
 
 RewardFn = Callable[[Sequence[str], Sequence[str], Sequence[str] | None], torch.Tensor]
 """reward(queries, responses, answers) -> (B,) task scores."""
@@ -36,6 +36,8 @@ class Trainer:
         configure_gpu_for_rl(next(lm.parameters()).device)
         if cfg.ppo.align_head:
             align_lm_head(lm)  # before duplication: the copies and the reference inherit it
+        if cfg.ppo.fused_gelu:
+            fuse_gelu(lm)
         # Duplication (paper §3.1): whole copies, or LoRA adapters on one shared base (see cory.agents).
         agents, self.ref_lm = build_agents(cfg, lm)
         self.roles = Roles(agents)

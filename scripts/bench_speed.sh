@@ -5,10 +5,10 @@
 #   bash scripts/bench_speed.sh vocab              # one math CORY process alone with the profile's math tokenizer,
 #                                                  # then GPT-2's whole vocabulary, then again (order effects)
 #   bash scripts/bench_speed.sh paper              # the paper's GPT-2 Large shape (stand-ins built here on the GPU):
-#                                                  # imdb/ppo and imdb/cory of the paper profile with its settings,
-#                                                  # then with the aligned head, the static KV cache and both
-#                                                  # (scripts/bench_paper.py; JSON per variant in $OUT/paper-*.json;
-#                                                  # the last variant's iterations profiled: top kernels, host ops)
+#                                                  # imdb/ppo and imdb/cory of the paper profile with its settings
+#                                                  # (profiled: top kernels, host ops), then without the fused GELU,
+#                                                  # with the aligned head and with the static KV cache
+#                                                  # (scripts/bench_paper.py; JSON per variant in $OUT/paper-*.json)
 #   bash scripts/bench_speed.sh workers GROUP N [VARIANT]  # N processes at once (as the train stage runs them),
 #                                                  # without and then with CUDA MPS (kernels of different processes
 #                                                  # run at the same time instead of taking turns on the GPU;
@@ -41,9 +41,8 @@ case "$what" in
       --offline-data --device "${DEVICE:-cuda}" --scale "${SCALE:-full}" > /tmp/build_standins.log 2>&1 ||
       { tail -20 /tmp/build_standins.log; exit 1; }
     python3 -m pipeline.profile paper_standins || exit 1
-    for variant in plain ppo.align_head=true ppo.generation.cache=static both; do
-      case $variant in plain) sets=() ;; both) sets=(--set ppo.align_head=true --set ppo.generation.cache=static --profile) ;;
-        *) sets=(--set "$variant") ;; esac
+    for variant in plain ppo.fused_gelu=false ppo.align_head=true ppo.generation.cache=static; do
+      case $variant in plain) sets=(--profile) ;; *) sets=(--set "$variant") ;; esac
       echo "== $variant" | tee -a "$OUT/bench-$what.txt"
       python3 -m scripts.bench_paper --iterations 3 --only imdb/ppo imdb/cory "${sets[@]}" \
         --out "$OUT/paper-${variant//[^a-z0-9]/_}.json" 2>&1 | grep -Ev "$FILTER" | tee -a "$OUT/bench-$what.txt"

@@ -6,7 +6,9 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from cory.agents import ValueHead
 from cory.config import GenerationConfig
-from cory.rollout import Rollout, decode_responses, forward_response, generate, mask_after_eos, position_ids
+from cory.rollout import (
+    Rollout, decode_responses, forward_response, fuse_gelu, generate, mask_after_eos, position_ids,
+)
 
 from tiny import WORDS, tiny_lm, tiny_tokenizer
 
@@ -181,3 +183,19 @@ def test_align_lm_head_leaves_a_vocabulary_of_64_multiple_alone():
 
     lm = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=128))
     assert not align_lm_head(lm) and type(lm.lm_head) is torch.nn.Linear
+
+
+def test_fuse_gelu_gives_gpt2s_gelu_new_as_one_kernel_with_the_same_outputs_and_gradients():
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=3, n_embd=32, n_head=2, n_positions=64, vocab_size=50, activation_function="gelu_new")
+    written_out, fused = GPT2LMHeadModel(config).eval(), GPT2LMHeadModel(config).eval()
+    fused.load_state_dict(written_out.state_dict())
+    assert fuse_gelu(fused) == 3 and fuse_gelu(fused) == 0  # one per block, then none left
+    assert fused.config.activation_function == "gelu_new"  # a saved model loads as before
+    ids = torch.randint(0, 50, (2, 12))
+    a, b = written_out(ids).logits, fused(ids).logits
+    assert torch.allclose(a, b, atol=1e-5)
+    a.square().mean().backward()
+    b.square().mean().backward()
+    for (name, p), q in zip(written_out.named_parameters(), fused.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5), name
