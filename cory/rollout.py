@@ -12,6 +12,7 @@ the EOS). Position ids are counted from each row's first real token, so padding 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -170,16 +171,18 @@ def generate(
         raise ValueError(f"generate: {max_new_tokens} new tokens do not fit the model's {limit} positions")
     for start in range(0, len(prompts), step):
         enc = tokenizer(prompts[start : start + step], return_tensors="pt", padding=True).to(device)
-        if room is not None and enc.input_ids.shape[1] > room:
+        input_ids, attention_mask = enc.input_ids, enc.attention_mask
+        if room is not None and input_ids.shape[1] > room:
             # Past the model's positions its position embedding has no row (a device-side assert on a GPU): keep the
-            # last `room` tokens of each prompt, where a template puts its cue ("Answer:"), and say so once.
-            _warn_truncated(enc.attention_mask.sum(1).max().item(), room, limit)
-            enc = enc.__class__({k: v[:, -room:] for k, v in enc.items()})
-        cache = static_cache(model, enc.input_ids.shape, max_new_tokens) if gen.cache == "static" else {}
+            # last `room` tokens of each prompt (left-padded), where a template puts its cue ("Answer:").
+            warnings.warn(f"cory.rollout.generate: a prompt left its response too few of the model's {limit} positions;"
+                          " prompts are cut to their last tokens", RuntimeWarning, stacklevel=2)
+            input_ids, attention_mask = input_ids[:, -room:], attention_mask[:, -room:]
+        cache = static_cache(model, input_ids.shape, max_new_tokens) if gen.cache == "static" else {}
         with autocast(device, mixed_precision):
             out = model.generate(
-                input_ids=enc.input_ids,
-                attention_mask=enc.attention_mask,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
                 **cache,
                 do_sample=True,
                 max_new_tokens=max_new_tokens,
@@ -191,7 +194,7 @@ def generate(
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id if gen.stop_at_eos else None,
             )
-        chunks.append((enc.input_ids, enc.attention_mask, out[:, enc.input_ids.shape[1] :]))
+        chunks.append((input_ids, attention_mask, out[:, input_ids.shape[1] :]))
     model.train(was_training)
     prompt_ids = _pad_cat([c[0] for c in chunks], tokenizer.pad_token_id, left=True)
     prompt_mask = _pad_cat([c[1] for c in chunks], 0, left=True)
@@ -206,17 +209,6 @@ def model_positions(model) -> int | None:
     """How many positions the model has (n_positions / max_position_embeddings), or None if its config has neither."""
     config = model.config
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-
-
-_warned_truncation = False
-
-
-def _warn_truncated(longest: int, room: int, limit: int) -> None:
-    global _warned_truncation
-    if not _warned_truncation:
-        _warned_truncation = True
-        print(f"[cory] a prompt of {longest} tokens leaves its response too few of the model's {limit} positions: "
-              f"prompts are cut to their last {room} tokens (warned once per process)", flush=True)
 
 
 def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, multiple: int = 64) -> dict:
