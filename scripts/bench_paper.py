@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.common import profile_iteration, queries_of, set_dotted
+from scripts.common import profile_iteration, queries_of, set_dotted, with_settings
 
 
 def plan(params: dict, only: list[str]) -> list[tuple[str, str, object]]:
@@ -62,13 +62,12 @@ def source_of(params: dict, name: str | None) -> str | None:
 def measure(job, params: dict, iterations: int, overrides: dict, device: str, profile: bool = False) -> dict:
     import torch
 
-    from cory.config import TrainConfig, from_dict, merge, to_dict
     from cory.experiments import load_lm
     from cory.rewards import build_reward
     from cory.tokenizer import load_tokenizer
     from cory.trainer import Trainer
 
-    train = from_dict(TrainConfig, merge(to_dict(job.train), overrides), "train")
+    train = with_settings(job.train, overrides)
     model = source_of(params, job.model)
     torch.manual_seed(0)
     if device == "cuda":

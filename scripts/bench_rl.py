@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from scripts.common import dotted_overrides, profile_iteration, queries_of
+from scripts.common import dotted_overrides, profile_iteration, queries_of, with_settings
 
 
 def build(group: str, run: str, work: Path, variant: str = ""):
@@ -36,7 +36,6 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     queries are of the task's kind (word openings, or generated math problems whose words the math model's corpus
     vocabulary has: other words would split into bytes and make its prompts longer than its positions)."""
     from cory.classifier import ClassifierConfig, build_classifier
-    from cory.config import TrainConfig, from_dict, merge, to_dict
     from cory.experiments import expand_jobs, parse_experiment
     from cory.pretrain import build_causal_lm, save_model
     from cory.rewards import build_reward
@@ -47,9 +46,7 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     params = load_params()  # params.yaml, or $CORY_PARAMS
     exp, task = parse_experiment(params, group)
     job = next(j for j in expand_jobs(group, exp, task, params["train"], [0], work) if j.run == run)
-    # The variant goes over the run's resolved settings: a key the group or the run sets (math's micro-batches, its
-    # static cache) is changed too, not overridden back by the group.
-    train = from_dict(TrainConfig, merge(to_dict(job.train), dotted_overrides(variant)), "train")
+    train = with_settings(job.train, dotted_overrides(variant))  # over the group's own settings too
     base = section(params, f"base_models.{job.model}", BaseModelConfig)
     texts = []
     if base.tokenizer == CORPUS_VOCABULARY:  # the generated problems stand in for the stage's prepared corpus

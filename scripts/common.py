@@ -44,6 +44,14 @@ def dotted_overrides(spec: str) -> dict[str, Any]:
     return tree
 
 
+def with_settings(train, overrides: dict[str, Any]):
+    """A run's resolved TrainConfig with `overrides` (a nested dict of train settings) put over it, so that a setting
+    its experiment group or run sets is changed too (the benchmarks' --variant and --set)."""
+    from cory.config import TrainConfig, from_dict, merge, to_dict
+
+    return from_dict(TrainConfig, merge(to_dict(train), overrides), "train")
+
+
 def profile_iteration(step: Callable[[], Any], seconds_per_iteration: float, trace: Path | None = None) -> str:
     """Run `step` (one training iteration) once under torch.profiler on a GPU: its kernel count and GPU-busy time
     (the sum of its kernels) against the iteration's wall time, the CUDA kernels that take the most GPU time and the
