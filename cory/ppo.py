@@ -50,15 +50,32 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    return F.log_softmax(logits.float(), dim=-1)
+
+
+def _at(logp: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """logp (B, T, V) at tokens (B, T) -> (B, T)."""
+    return torch.gather(logp, 2, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _kl(p: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return (p * (logp - ref_logp)).sum(-1)
+
+
+def _entropy(p: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    return -(p * logp).sum(-1)
+
+
 def logprobs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log pi(token) from logits (B, T, V) and tokens (B, T) -> (B, T), at temperature 1 (as TRL)."""
-    return torch.gather(F.log_softmax(logits.float(), dim=-1), 2, tokens.unsqueeze(-1)).squeeze(-1)
+    return _at(_log_softmax(logits), tokens)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Exact per-position entropy of softmax(logits): (B, T, V) -> (B, T)."""
-    logp = F.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    logp = _log_softmax(logits)
+    return _entropy(logp.exp(), logp)
 
 
 def full_kl(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
@@ -66,9 +83,8 @@ def full_kl(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
 
     Equals TRL's `F.kl_div(ref_logprob, logprob, log_target=True).sum(-1)` for kl_penalty="full" (paper Eq. 2).
     """
-    logp = F.log_softmax(logits.float(), dim=-1)
-    ref_logp = F.log_softmax(ref_logits.float(), dim=-1)
-    return (logp.exp() * (logp - ref_logp)).sum(-1)
+    logp = _log_softmax(logits)
+    return _kl(logp.exp(), logp, _log_softmax(ref_logits))
 
 
 def response_statistics(logits: torch.Tensor, ref_logits: torch.Tensor, tokens: torch.Tensor):
@@ -76,12 +92,9 @@ def response_statistics(logits: torch.Tensor, ref_logits: torch.Tensor, tokens: 
     tokens (B, T): (log pi(token), log pi_ref(token), full_kl, entropy), each (B, T). The same values, bit for bit,
     as logprobs_of (twice), full_kl and entropy_from_logits, from one log-softmax of each model's logits and one exp
     instead of six log-softmaxes and two exps over the vocabulary (memory-bound passes over B x T x V floats)."""
-    logp = F.log_softmax(logits.float(), dim=-1)
-    ref_logp = F.log_softmax(ref_logits.float(), dim=-1)
+    logp, ref_logp = _log_softmax(logits), _log_softmax(ref_logits)
     p = logp.exp()
-    index = tokens.unsqueeze(-1)
-    return (torch.gather(logp, 2, index).squeeze(-1), torch.gather(ref_logp, 2, index).squeeze(-1),
-            (p * (logp - ref_logp)).sum(-1), -(p * logp).sum(-1))
+    return _at(logp, tokens), _at(ref_logp, tokens), _kl(p, logp, ref_logp), _entropy(p, logp)
 
 
 def kl_estimate(kind: str, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, exact: torch.Tensor | None = None):
