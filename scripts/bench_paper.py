@@ -59,7 +59,8 @@ def source_of(params: dict, name: str | None) -> str | None:
     return params["base_models"][name]["source"] if name in params["base_models"] else name
 
 
-def measure(job, params: dict, iterations: int, overrides: dict, device: str, profile: bool = False) -> dict:
+def measure(job, params: dict, iterations: int, overrides: dict, device: str, profile: bool = False,
+            warmup: int = 1) -> dict:
     import torch
 
     from cory.experiments import load_lm
@@ -84,15 +85,15 @@ def measure(job, params: dict, iterations: int, overrides: dict, device: str, pr
     trainable = sum(p.numel() for agent in trainer.agents for p in agent.parameters())
     queries, answers = queries_of(job.task.reward, train.ppo.queries_per_batch)
     timings = []
-    for it in range(iterations + 1):  # the first is warm-up (allocator, kernels, compilation)
+    for it in range(warmup + iterations):  # warm-up first (allocator, kernels, compilation)
         metrics = trainer.step(queries, answers)
-        if it:
+        if it >= warmup:
             timings.append({k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")})
     seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
     if profile and device == "cuda":  # one more iteration under the profiler, printed (not in the JSON)
         print(profile_iteration(lambda: trainer.step(queries, answers), seconds["iteration"]), flush=True)
     return {**cost_fields(model, train), "params_total": total, "params_trainable": trainable,
-            "iterations_timed": iterations, "seconds_per_iteration": seconds["iteration"],
+            "iterations_timed": iterations, "warmup_iterations": warmup, "seconds_per_iteration": seconds["iteration"],
             "split": {k: v for k, v in seconds.items() if k != "iteration"},
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "train_iterations": train.iterations}
@@ -161,7 +162,9 @@ def main(argv: list[str]) -> None:
     from pipeline.common import load_params, profile
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=3, help="timed iterations per run (after one warm-up)")
+    parser.add_argument("--iterations", type=int, default=3, help="timed iterations per run (after the warm-up)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed iterations first (CUDA graphs: past a role exchange, cory.role_exchange_period)")
     parser.add_argument("--only", nargs="*", default=[], help="GROUP/RUN names (default: every run)")
     parser.add_argument("--set", action="append", default=[], help="a train setting for every run, e.g. ppo.batch_size=8")
     parser.add_argument("--out", default=None, help="default: reports/<profile>/scale.json")
@@ -195,7 +198,7 @@ def main(argv: list[str]) -> None:
     for group, run, job in chosen:
         start = time.perf_counter()
         try:
-            r = runs[f"{group}/{run}"] = measure(job, params, args.iterations, overrides, device, args.profile)
+            r = runs[f"{group}/{run}"] = measure(job, params, args.iterations, overrides, device, args.profile, args.warmup)
         except Exception as error:  # one run that cannot run (memory, a missing package) must not hide the others
             runs[f"{group}/{run}"] = {"model": source_of(params, job.model), "error": f"{type(error).__name__}: {error}"}
             print(f"bench_paper: {group}/{run} failed: {type(error).__name__}: {error}", flush=True)

@@ -91,6 +91,7 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
         wall = time.perf_counter() - start
         result = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
         result["wall_per_iteration"] = wall / iterations
+        result["median_iteration"] = statistics.median(r["iteration"] for r in rows)  # a stray recompile aside
         result["warmup_seconds"] = warmup_seconds  # includes any compilation
         if profile and torch.cuda.is_available():
             result["profile"] = profile_iteration(lambda: trainer.step(prompts, answers),
