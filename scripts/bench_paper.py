@@ -118,25 +118,25 @@ def shape(fields: dict, result: dict) -> dict | None:
 
 
 def combine(params: dict, files: list[str], only: list[str]) -> dict[str, dict]:
-    """Every run of the params from earlier bench files, without measuring: a file's measurement of the same run
-    with the same cost fields (the later file wins), else one of another run with those fields, marked
-    `estimated_from`. A run none of them matches is left out."""
-    measured = []  # (key, result) in file order
-    for path in files:
+    """Every run of the params from earlier bench files, without measuring. A run is taken from the LAST file that
+    measured anything of its cost fields (later files measure the later code and settings, e.g. a speed option the
+    cost fields do not name): that file's measurement of the run itself, else of another run with those fields,
+    marked `estimated_from`. A run none of them matches is left out."""
+    measured = []  # (file index, key, result) in file order
+    for index, path in enumerate(files):
         data = json.loads(Path(path).read_text())
-        measured += [(key, {**result, "device": data["device"], "source": path}) for key, result in data["runs"].items()]
+        measured += [(index, key, {**result, "device": data["device"], "source": path})
+                     for key, result in data["runs"].items()]
     runs = {}
     for group, run, job in plan(params, only):
         key, fields = f"{group}/{run}", cost_fields(source_of(params, job.model), job.train)
         want = shape(fields, fields)
-        same = [(k, r) for k, r in measured if shape(fields, r) == want]
-        exact = [r for k, r in same if k == key]
-        if exact:
-            runs[key] = exact[-1]
-        elif same:
-            runs[key] = {**same[-1][1], "estimated_from": same[-1][0]}
-        else:
+        same = [(i, k, r) for i, k, r in measured if shape(fields, r) == want]
+        if not same:
             continue
+        latest = [(k, r) for i, k, r in same if i == same[-1][0]]
+        exact = [r for k, r in latest if k == key]
+        runs[key] = exact[-1] if exact else {**latest[-1][1], "estimated_from": latest[-1][0]}
         runs[key]["train_iterations"] = job.train.iterations  # per-iteration cost does not depend on it
     return runs
 

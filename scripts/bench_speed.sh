@@ -10,8 +10,9 @@
 #   bash scripts/bench_speed.sh paper              # the paper's GPT-2 Large shape (stand-ins built here on the GPU):
 #                                                  # imdb/ppo and imdb/cory of the paper profile with its settings
 #                                                  # (profiled: top kernels, host ops), then without the fused GELU,
-#                                                  # with the aligned head, with the static KV cache and with
-#                                                  # CUDA graphs (ppo.compile_mode reduce-overhead, 6 warm-up)
+#                                                  # with the aligned head and with the static KV cache
+#   bash scripts/bench_speed.sh paper VARIANT ...  # those variants instead (plain, or comma-separated KEY=VALUE;
+#                                                  # WARMUP=N untimed iterations first, default 1)
 #                                                  # (scripts/bench_paper.py; JSON per variant in $OUT/paper-*.json)
 #   bash scripts/bench_speed.sh workers GROUP N [VARIANT]  # N processes at once (as the train stage runs them),
 #                                                  # without and then with CUDA MPS (kernels of different processes
@@ -50,10 +51,11 @@ case "$what" in
       --offline-data --device "${DEVICE:-cuda}" --scale "${SCALE:-full}" > /tmp/build_standins.log 2>&1 ||
       { tail -20 /tmp/build_standins.log; exit 1; }
     python3 -m pipeline.profile paper_standins || exit 1
-    for variant in plain ppo.fused_gelu=false ppo.align_head=true ppo.generation.cache=static graphs; do
-      case $variant in plain) sets=(--profile) ;;
-        graphs) sets=(--set ppo.compile=true --set ppo.compile_mode=reduce-overhead --warmup 6) ;;
-        *) sets=(--set "$variant") ;; esac
+    variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(plain ppo.fused_gelu=false ppo.align_head=true ppo.generation.cache=static)
+    for variant in "${variants[@]}"; do
+      sets=(--warmup "${WARMUP:-1}")
+      case $variant in plain) sets+=(--profile) ;;
+        *) IFS=, read -ra pairs <<< "$variant"; for pair in "${pairs[@]}"; do sets+=(--set "$pair"); done ;; esac
       echo "== $variant" | tee -a "$OUT/bench-$what.txt"
       python3 -m scripts.bench_paper --iterations 3 --only imdb/ppo imdb/cory "${sets[@]}" \
         --out "$OUT/paper-${variant//[^a-z0-9]/_}.json" 2>&1 | grep -Ev "$FILTER" | tee -a "$OUT/bench-$what.txt"
