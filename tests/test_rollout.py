@@ -28,16 +28,21 @@ def test_decode_drops_eos_and_padding():
     assert decode_responses(tok, ids, mask_after_eos(ids, 0)) == ["the movie", "good good good good"]
 
 
-def test_forward_on_padded_batch_equals_forward_on_each_trimmed_sequence():
-    lm, head = tiny_lm(), ValueHead(32, dropout=0.0)
+def left_padded_rollout() -> Rollout:
+    """Two rows: a prompt left-padded by 2, and a response that ends with EOS (0) before the batch's last column."""
     prompt = torch.tensor([[0, 0, 4, 5], [6, 7, 8, 9]])
     prompt_mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
     response = torch.tensor([[2, 3, 0], [3, 2, 2]])
-    rollout = Rollout(prompt, prompt_mask, response, mask_after_eos(response, 0), ["", ""], ["", ""])
+    return Rollout(prompt, prompt_mask, response, mask_after_eos(response, 0), ["", ""], ["", ""])
+
+
+def test_forward_on_padded_batch_equals_forward_on_each_trimmed_sequence():
+    lm, head = tiny_lm(), ValueHead(32, dropout=0.0)
+    rollout = left_padded_rollout()
     logits, values = forward_response(lm, rollout, head)
     for i, start in enumerate([2, 0]):
-        alone = Rollout(prompt[i : i + 1, start:], prompt_mask[i : i + 1, start:], response[i : i + 1],
-                        rollout.response_mask[i : i + 1], [""], [""])
+        alone = Rollout(rollout.prompt_ids[i : i + 1, start:], rollout.prompt_mask[i : i + 1, start:],
+                        rollout.response_ids[i : i + 1], rollout.response_mask[i : i + 1], [""], [""])
         logits_i, values_i = forward_response(lm, alone, head)
         assert torch.allclose(logits[i], logits_i[0], atol=1e-5)
         assert torch.allclose(values[i], values_i[0], atol=1e-5)
