@@ -44,7 +44,7 @@ from cory.pretrain import (
 )
 from cory.roles import TABLE3_QUERIES
 from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
-from cory.tracking import provenance, start_run
+from cory.tracking import open_store, provenance, start_run
 from pipeline.common import (
     code_digest, content_digest, device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section,
     stage_timer, write_json,
@@ -191,6 +191,7 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
                 failed[name] = f"{type(exc).__name__}: {exc}"
         return failed
     runtime = section(params, "runtime", RuntimeConfig)
+    open_store(profile(params))  # before the processes that log to it start at once
     # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with mps_daemon(runtime.mps and len(todo) > len(gpus), who="base_models") as under_mps:

@@ -272,6 +272,10 @@ def main(argv: list[str]) -> None:
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
             sharing = bool(gpus) and bool(todo) and runtime.workers > 1  # processes share a GPU
+            if sharing or len(gpus) > 1:
+                from cory.tracking import open_store
+
+                open_store(name)  # before the processes that log to it start at once
             with mps_daemon(runtime.mps and sharing) as under_mps:
                 summaries, failed = run_all(todo, settings, runtime.workers, worker_gpus(gpus, under_mps))
         if failed:
