@@ -4,7 +4,7 @@
 
 Runs the profile's data stages if their outputs are missing, then `python -m pipeline.base_models NAME` for every
 base model one after another, then all of them at once (under a CUDA MPS daemon unless --no-mps, as the train stage
-shares a GPU), and prints each model's stage seconds and peak GPU memory (its metrics/timing file) and the wall time
+shares a GPU), and prints each model's seconds and peak GPU memory (its metrics/base_models file) and the wall time
 of each way, side by side in this one run. It writes what the stages write (outputs/<profile>/models, metrics).
 """
 
@@ -37,10 +37,9 @@ def run_models(names: list[str], at_once: bool) -> float:
 def report(params: dict, names: list[str], label: str, wall: float) -> None:
     print(f"== {label}: {wall:.1f} s wall", flush=True)
     for name in names:
-        timing = json.loads(out_dir(params, "metrics", "timing", f"base_model-{name}.json").read_text())
         metrics = json.loads(out_dir(params, "metrics", "base_models", f"{name}.json").read_text())
-        print(f"  {name}: stage {timing['seconds']:.1f} s, training {metrics['train_seconds']:.1f} s, "
-              f"{metrics['tokens_per_second'] / 1e6:.2f} M tokens/s, peak GPU {timing['peak_gpu_gib']} GiB, "
+        print(f"  {name}: {metrics['total_seconds']:.1f} s in all, training {metrics['train_seconds']:.1f} s, "
+              f"{metrics['tokens_per_second'] / 1e6:.2f} M tokens/s, peak GPU {metrics.get('peak_gpu_gib')} GiB, "
               f"val perplexity {metrics['val_perplexity']:.3f}", flush=True)
 
 
