@@ -81,7 +81,7 @@ class Agent:
             nn.init.zeros_(self.value_head.summary.bias)
         # The callable of the experience's and update's forward passes: the LM itself, or compiled (ppo.compile;
         # it shares the LM's weights, and sampling keeps the LM's own forward).
-        self.forward_lm = compiled(lm, cfg.compile_mode) if cfg.compile else lm
+        self.forward_lm = compiled(lm) if cfg.compile else lm
         self.reset_training_state()
 
     def activate(self) -> None:
@@ -156,23 +156,17 @@ def build_agents(cfg: TrainConfig, lm) -> tuple[list[Agent], object]:
     names = [f"llm{i + 1}" for i in range(cfg.cory.n_agents)]
     if cfg.lora_rank is None:
         reference = frozen_reference(lm)
-        reference = compiled(reference, cfg.ppo.compile_mode) if cfg.ppo.compile else reference
+        reference = compiled(reference) if cfg.ppo.compile else reference
         copies = [lm] + [copy.deepcopy(lm) for _ in names[1:]]
         return [Agent(n, c, cfg.ppo) for n, c in zip(names, copies)], reference
     shared = with_lora_adapters(lm, names, cfg.lora_rank, cfg.lora_alpha)
     return [Agent(n, shared, cfg.ppo, adapter=n) for n in names], AdaptersDisabled(shared)
 
 
-def compiled(lm, mode: str = "default"):
-    """`lm` under torch.compile (ppo.compile_mode), a callable that shares its weights. "default": dynamic shapes
-    (batch and sequence lengths change every iteration). "reduce-overhead": CUDA graphs of static shapes (the forward
-    passes pad to a few, PPOConfig.sequence_multiple), one compilation each, with room for all of them: the policy
-    copies and the reference share the compiled code, each shape x grad mode x model is a graph."""
-    if mode == "default":
-        return torch.compile(lm, dynamic=True)
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 1024)
-    return torch.compile(lm, mode=mode, dynamic=False)
+def compiled(lm):
+    """`lm` under torch.compile with dynamic shapes (batch and sequence lengths change every iteration): a callable
+    that shares its weights."""
+    return torch.compile(lm, dynamic=True)
 
 
 def lora_config(rank: int, alpha: float):

@@ -167,7 +167,8 @@ def train_reward_classifier(
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=batch).logits  # (B, 2)
         loss = F.cross_entropy(logits.float(), y[torch.from_numpy(rows).to(device)])
-        _optimizer_step(model, loss, optimizer, schedule, cfg.grad_clip)
+        loss.backward()
+        _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
         running += loss.detach()
 
         if step % steps_per_epoch == 0 or step == steps:

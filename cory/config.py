@@ -204,13 +204,6 @@ class PPOConfig:
     the update (not sampling: `generation.cache` "static" compiles that). Fuses a small model's many small kernels,
     where a step is bound by launches, at the price of a compilation in each process (cached on disk between them).
     Full fine-tuning only (not with train.lora_rank)."""
-    compile_mode: Literal["default", "reduce-overhead"] = "default"
-    """torch.compile's mode for `compile`. "default": dynamic shapes, one compilation for every batch shape.
-    "reduce-overhead": CUDA graphs, on a GPU: each forward (and its backward) is recorded once per shape and then
-    replayed as one launch instead of hundreds of kernel launches from Python. Graphs need static shapes, so the
-    forward passes then pad the prompt block (on the left) and the response block (on the right) to multiples of
-    `sequence_multiple` tokens, which the masks leave out of every loss and statistic: the same values up to the
-    kernels' rounding (tests/test_trainer.py), and a few shapes per run instead of one per batch."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings."""
 
@@ -232,7 +225,7 @@ class PPOConfig:
             f"{path}.kl_penalty",
             f"unknown KL estimator {self.kl_penalty!r}; choose one of {', '.join(KL_ESTIMATORS)}",
         )
-        for name in ("ratio_threshold_mode", "dropout", "on_nonfinite", "compile_mode"):  # from_dict checks these; PPOConfig(...) too
+        for name in ("ratio_threshold_mode", "dropout", "on_nonfinite"):  # from_dict checks these; PPOConfig(...) too
             allowed, value = get_args(typing.get_type_hints(PPOConfig)[name]), getattr(self, name)
             check(value in allowed, f"{path}.{name}", f"must be one of {list(allowed)}, got {value!r}")
         for name in ("max_grad_norm", "score_clip", "forward_batch_size"):
@@ -265,12 +258,6 @@ class PPOConfig:
     def queries_per_batch(self) -> int:
         """Distinct queries per iteration."""
         return self.batch_size // self.samples_per_query
-
-    @property
-    def sequence_multiple(self) -> int | None:
-        """The multiple of tokens the experience's and update's forward passes pad the prompt and response blocks to
-        (CUDA graphs need static shapes: `compile_mode` "reduce-overhead"), or None: no padding."""
-        return 16 if self.compile and self.compile_mode == "reduce-overhead" else None
 
     @property
     def backward_batch_size(self) -> int:

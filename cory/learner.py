@@ -73,10 +73,9 @@ def make_experience(
     parts = []
     for start in range(0, len(rollout.prompts), chunk):
         part = rollout.select(torch.arange(start, min(start + chunk, len(rollout.prompts)), device=device))
-        new_graph_step(cfg)
         with autocast(device, cfg.mixed_precision):
-            logits, values = forward_response(agent.forward_lm, part, agent.value_head, cfg.sequence_multiple)
-            ref_logits, _ = forward_response(ref_lm, part, multiple=cfg.sequence_multiple)
+            logits, values = forward_response(agent.forward_lm, part, agent.value_head)
+            ref_logits, _ = forward_response(ref_lm, part)
         parts.append((*ppo.response_statistics(logits, ref_logits, part.response_ids), values.float()))
     logprobs, ref_logprobs, kl, entropy, values = (torch.cat(x) for x in zip(*parts))
 
@@ -158,14 +157,6 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     }
 
 
-def new_graph_step(cfg) -> None:
-    """Tell CUDA graphs (ppo.compile_mode "reduce-overhead") that the outputs of earlier replays are no longer read:
-    called before the experience's policy pass (whose outputs must survive the reference's pass after it) and before
-    each mini-batch's forward (the previous one's backward is done)."""
-    if cfg.sequence_multiple:
-        torch.compiler.cudagraph_mark_step_begin()
-
-
 def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
     """Raise NonFiniteError naming every tensor with a NaN or inf on a kept sample (one device->host sync).
     (B, T) tensors are checked where `mask` is 1, (B,) ones on the rows that have any response token."""
@@ -180,9 +171,8 @@ def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor):
     cfg = agent.cfg
     part = exp.rollout.select(idx)
     mask = part.response_mask.float()
-    new_graph_step(cfg)
     with autocast(agent.device, cfg.mixed_precision):
-        logits, values = forward_response(agent.forward_lm, part, agent.value_head, cfg.sequence_multiple)
+        logits, values = forward_response(agent.forward_lm, part, agent.value_head)
     logprobs = ppo.logprobs_of(logits, part.response_ids)
     pg_loss, pg_stats = ppo.policy_loss(logprobs, exp.logprobs[idx], exp.advantages[idx], mask, cfg.cliprange)
     vf_loss, vf_stats = ppo.value_loss(values.float(), exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value)

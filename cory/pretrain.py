@@ -119,9 +119,8 @@ def _warmup_cosine(optimizer, warmup: int, total: int, min_ratio: float) -> torc
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _optimizer_step(model, loss: torch.Tensor, optimizer, schedule, grad_clip: float | None) -> None:
-    """Backward, optional gradient-norm clip, optimizer and schedule step (shared by LM and classifier training)."""
-    loss.backward()
+def _optimizer_step(model, optimizer, schedule, grad_clip: float | None) -> None:
+    """Optional gradient-norm clip, optimizer and schedule step, after the backward (LM and classifier training)."""
     if grad_clip is not None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
@@ -206,10 +205,12 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
     for step in range(1, steps + 1):
         starts = torch.randint(0, len(train_stream) - cfg.seq_len, (rows, 1), device=device, generator=sampler)
         window = train_stream[starts + offsets]  # (rows, T+1)
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
-            loss = loss_fn(model, window)
-        _optimizer_step(model, loss, optimizer, schedule, cfg.grad_clip)
-        running += loss.detach()  # stays on the device: no per-step sync
+        for part in window.chunk(cfg.micro_batches):  # equal slices: the step's loss is the mean of theirs
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(model, part) / cfg.micro_batches
+            loss.backward()
+            running += loss.detach()  # stays on the device: no per-step sync
+        _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
 
         if step % cfg.eval_every == 0 or step == steps:
             eval_started = time.perf_counter()

@@ -240,35 +240,25 @@ def _pad_cat(tensors: list[torch.Tensor], value: int, left: bool) -> torch.Tenso
     return torch.cat(padded, dim=0)
 
 
-def forward_response(lm, rollout: Rollout, value_head=None, multiple: int | None = None):
+def forward_response(lm, rollout: Rollout, value_head=None):
     """One forward pass over prompt + response; per-token outputs for the response block only.
 
     Returns logits (B, T, V) predicting each response token, and values (B, T) from `value_head` on the last hidden
     state at the same positions (the state before each response token, as TRL), or None without a value head.
-    With `multiple`, the pass runs on the prompt block padded on the left and the response block padded on the right
-    to multiples of that many tokens (static shapes for CUDA graphs: ppo.compile_mode); the padding is masked out, so
-    the outputs are the same up to rounding, and sliced back to (B, T).
     """
-    prompt_ids, prompt_mask = rollout.prompt_ids, rollout.prompt_mask
-    response_ids, response_mask = rollout.response_ids, rollout.response_mask
-    T = response_ids.shape[1]
-    if multiple:
-        left, right = -prompt_ids.shape[1] % multiple, -T % multiple
-        prompt_ids, prompt_mask = (torch.nn.functional.pad(x, (left, 0)) for x in (prompt_ids, prompt_mask))
-        response_ids, response_mask = (torch.nn.functional.pad(x, (0, right)) for x in (response_ids, response_mask))
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
-    kept = response_ids.shape[1] + 1
+    T = rollout.response_ids.shape[1]
+    attention_mask = rollout.attention_mask
     out = lm(
-        input_ids=torch.cat([prompt_ids, response_ids], dim=1),
+        input_ids=rollout.input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids(attention_mask),
         output_hidden_states=value_head is not None,
-        logits_to_keep=kept,
+        logits_to_keep=T + 1,
         use_cache=False,
     )
-    logits = out.logits[:, :T]  # position P-1+t predicts response token t
+    logits = out.logits[:, :-1]  # position P-1+t predicts response token t
     values = None
     if value_head is not None:
-        hidden = out.hidden_states[-1][:, -kept : -kept + T]
+        hidden = out.hidden_states[-1][:, -(T + 1) : -1]
         values = value_head(hidden).squeeze(-1)
     return logits, values

@@ -108,6 +108,11 @@ class PretrainConfig:
     """Optimizer steps; when set, overrides epochs."""
     batch_tokens: int = 65536
     """Tokens per optimizer step (batch_tokens / seq_len windows); must be a multiple of seq_len."""
+    micro_batches: int = 1
+    """Each step's windows in this many equal slices, one forward and backward each, their gradients summed: the same
+    step (up to float rounding) in 1/micro_batches of the activation memory. The output layer's logits over a 50k
+    vocabulary dominate it (a 65,536-token step of the IMDB models peaks at 31 GiB in one pass), which matters where
+    the base models train at once on one GPU."""
     seq_len: int = 256
     """Window length in tokens; at most the model's n_positions."""
     learning_rate: float = 1e-3
@@ -141,6 +146,9 @@ class PretrainConfig:
             f"{path}.batch_tokens",
             f"must be a positive multiple of seq_len = {self.seq_len}, got {self.batch_tokens}",
         )
+        windows = self.batch_tokens // self.seq_len if self.seq_len > 0 else 0
+        check(self.micro_batches >= 1 and windows % self.micro_batches == 0, f"{path}.micro_batches",
+              f"must be >= 1 and divide the step's {windows} windows (batch_tokens / seq_len), got {self.micro_batches}")
         check(0.0 <= self.min_lr_ratio <= 1.0, f"{path}.min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
         check(self.warmup_steps >= 0, f"{path}.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
         check(self.weight_decay >= 0, f"{path}.weight_decay", f"must be >= 0, got {self.weight_decay}")

@@ -299,6 +299,18 @@ def _client():
     return MlflowClient(tracking_uri=uri)
 
 
+def open_store(profile: str) -> None:
+    """Create (or migrate) the tracking store and the profile's experiment now, in a stage's own process, before it
+    starts processes that log runs at the same time: MLflow's first use of a new SQLite store creates and migrates its
+    tables, and three processes doing that at once raced (seen on an H100: two of three base models logged no run,
+    "Online migration expected to match one row"). Errors are left to start_run to report; tracking never breaks a
+    stage."""
+    try:
+        _experiment_id(_client(), profile)
+    except Exception:  # noqa: BLE001, S110 - start_run says what is wrong, per run
+        pass
+
+
 def _experiment_id(client, profile: str) -> str:
     from mlflow.exceptions import MlflowException
 

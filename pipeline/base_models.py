@@ -1,21 +1,34 @@
-"""DVC stage base_model@<name>: one base language model, outputs/<profile>/models/<name>/ (model + tokenizer).
+"""DVC stage base_models: the base language models, outputs/<profile>/models/<name>/ (model + tokenizer).
 
-`python -m pipeline.base_models <name>` reads params `base_models.<name>`. The default profile names three:
+`python -m pipeline.base_models [NAME ...]` (default: every model under params `base_models`). The default profile
+names three:
 - imdb_small: the GPT2-Large stand-in that PPO and both CORY agents start from;
 - imdb_large: the GPT2-XL stand-in of the model-size ablation, about twice imdb_small's parameters (as many as the
   two CORY copies together; `compare_params_with: imdb_small` writes the ratio to its metrics);
 - math: the GSM8K-task model, pretrained on data/math/pretrain.jsonl in `cory.mathgen`'s "Question: ... Answer:" format.
 A `source` other than "scratch" (a hub name such as gpt2-large, or a local folder) is saved as it is, not trained.
 
-Writes, besides the model folder (which also gets training.json: loss history, config, versions, commit):
-outputs/<profile>/metrics/base_models/<name>.json (parameters, validation perplexity, speed) and
+On a GPU the models train at the same time, one process each: small models leave an H100 partly idle, and one stage
+instead of one per model saves DVC's and Python's start between them. Where several share a GPU they run under a CUDA
+MPS daemon (runtime.mps), as the train stage's runs do; with several GPUs they spread over them. On a CPU they train
+one after another in this process. Each model is a cached unit, as the train stage's runs are: its fingerprint
+hashes its settings, its corpus's prepared files and this stage's code, and a model whose folder records the same
+fingerprint is kept, not retrained (its outputs are `persist: true` in dvc.yaml), so a change to the math corpus
+retrains the math model only. A model that fails stops alone; the stage then fails naming it.
+
+Writes, besides the model folder (which also gets training.json: loss history, config, versions, commit, fingerprint):
+outputs/<profile>/metrics/base_models/<name>.json (parameters, validation perplexity, speed, peak GPU memory) and
 outputs/<profile>/samples/base_models/<name>.json (sampled continuations, to read what the model writes).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import random
 import sys
+from concurrent.futures import as_completed
 
 import torch
 import transformers
@@ -31,11 +44,13 @@ from cory.pretrain import (
 )
 from cory.roles import TABLE3_QUERIES
 from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
-from cory.tracking import provenance, start_run
+from cory.tracking import open_store, provenance, start_run
 from pipeline.common import (
-    device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
+    code_digest, content_digest, device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section,
+    stage_timer, write_json,
 )
-from pipeline.params import SCRATCH, BaseModelConfig
+from pipeline.gpus import mps_daemon, visible_gpus, worker_gpus, worker_pool
+from pipeline.params import SCRATCH, BaseModelConfig, RuntimeConfig
 
 
 def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[str], list[str], list[str]]:
@@ -78,8 +93,10 @@ def parameter_count(name: str, params: dict) -> int:
         return count_parameters(transformers.AutoModelForCausalLM.from_config(config))
 
 
-def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str) -> tuple[dict, dict, list[dict]]:
-    """Train (or load) model `name` and save it with its tokenizer; returns (metrics, training record, samples)."""
+def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str, digest: str | None = None
+                     ) -> tuple[dict, dict, list[dict]]:
+    """Train (or load) model `name` and save it with its tokenizer and training record (which keeps `digest`, its fingerprint);
+    returns (metrics, training record, samples)."""
     train, validation, prompts = corpus_texts(name, cfg, params)  # missing data files fail here, before model work
     reference_params = parameter_count(cfg.compare_params_with, params) if cfg.compare_params_with else None
     if cfg.source == SCRATCH:
@@ -105,6 +122,7 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str)
         "config": to_dict(cfg),
         "history": history,
         **provenance(device),
+        "fingerprint": digest,
     }
     write_json(model_dir / "training.json", record)
     continuations = sample_texts(model, tokenizer, prompts, cfg.sample_tokens, device, cfg.pretrain.seed) if prompts else []
@@ -112,26 +130,104 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str)
     return metrics, record, samples
 
 
+def fingerprint(name: str, params: dict) -> str:
+    """What base model `name` depends on, hashed: its settings (and those of the model its parameter ratio compares it
+    with), its corpus's prepared files by content, and the code this stage runs."""
+    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    other = cfg.compare_params_with
+    parts = {
+        "name": name,
+        "config": to_dict(cfg),
+        "compare": to_dict(section(params, f"base_models.{other}", BaseModelConfig)) if other else None,
+        "corpus": content_digest(str(out_dir(params, "data", cfg.corpus))),
+        "code": code_digest("base_models"),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def is_current(name: str, params: dict, digest: str) -> bool:
+    """Whether model `name`'s outputs are all there and were made from what it depends on now (`digest`)."""
+    record = out_dir(params, "models", name, "training.json")
+    outputs = [out_dir(params, kind, "base_models", f"{name}.json") for kind in ("metrics", "samples")]
+    if not (record.is_file() and all(path.is_file() for path in outputs)):
+        return False
+    return json.loads(record.read_text()).get("fingerprint") == digest
+
+
+def train_one(name: str, digest: str, params: dict) -> dict:
+    """Train (or load) base model `name` under its MLflow run and write its outputs; returns its metrics. Runs in a
+    worker process of its own when the models train at once."""
+    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    cuda = torch.cuda.is_available() and device() == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    with start_run(f"base_model@{name}", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", name)) as tracker:
+        metrics, record, samples = build_base_model(name, cfg, params, device(), digest)
+        if cuda:
+            metrics["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        for row in record["history"]:
+            tracker.log_metrics({"train_loss": row["train_loss"], "val_loss": row["val_loss"]}, step=row["step"])
+        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
+    write_json(out_dir(params, "metrics", "base_models", f"{name}.json"), metrics)
+    write_json(out_dir(params, "samples", "base_models", f"{name}.json"), samples)
+    lines = [f"base_model@{name}: {metrics}"] + [f"  {s['prompt']!r} -> {s['continuation']!r}" for s in samples[:4]]
+    print("\n".join(lines), flush=True)
+    return metrics
+
+
+def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
+    """Train the models `todo` ({name: fingerprint}); returns {name: error} of those that failed (the others finish).
+    On a GPU the models train at once, one process each, spread over the visible GPUs (under an MPS daemon where
+    several share one: runtime.mps); on a CPU, or one model alone, one after another in this process."""
+    failed: dict[str, str] = {}
+    gpus = visible_gpus() if device() == "cuda" else []
+    if not gpus or len(todo) == 1:
+        for name, digest in todo.items():
+            try:
+                train_one(name, digest, params)
+            except (ConfigError, FileNotFoundError):  # bad input: the stage's one-line error, as before any work
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported with the others when every model is done
+                failed[name] = f"{type(exc).__name__}: {exc}"
+        return failed
+    runtime = section(params, "runtime", RuntimeConfig)
+    open_store(profile(params))  # before the processes that log to it start at once
+    # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    with mps_daemon(runtime.mps and len(todo) > len(gpus), who="base_models") as under_mps:
+        with worker_pool(len(todo), worker_gpus(gpus, under_mps)) as pool:
+            futures = {pool.submit(train_one, name, digest, params): name for name, digest in todo.items()}
+            for future in as_completed(futures):
+                try:
+                    future.result()
+                except Exception as exc:  # noqa: BLE001 - as above
+                    failed[futures[future]] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                    print(f"[base_models] {futures[future]} FAILED: {failed[futures[future]]}", flush=True)
+    return failed
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     params = load_params()
     require_device(params)
     names = list(params.get("base_models") or {})
-    if len(argv) != 1 or argv[0] not in names:
-        raise SystemExit(f"usage: python -m pipeline.base_models NAME, with NAME one of base_models: {', '.join(names)}")
-    name = argv[0]
-    with stage_timer(params, f"base_model@{name}"):
-        cfg = section(params, f"base_models.{name}", BaseModelConfig)
-        with start_run(f"base_model@{name}", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", name)) as tracker:
-            metrics, record, samples = build_base_model(name, cfg, params, device())
-            for row in record["history"]:
-                tracker.log_metrics({"train_loss": row["train_loss"], "val_loss": row["val_loss"]}, step=row["step"])
-            tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
-        write_json(out_dir(params, "metrics", "base_models", f"{name}.json"), metrics)
-        write_json(out_dir(params, "samples", "base_models", f"{name}.json"), samples)
-        print(f"base_model@{name}: {metrics}")
-        for sample in samples[:4]:
-            print(f"  {sample['prompt']!r} -> {sample['continuation']!r}")
+    unknown = [name for name in argv if name not in names]
+    if unknown:
+        raise SystemExit(f"usage: python -m pipeline.base_models [NAME ...], each NAME one of base_models: "
+                         f"{', '.join(names)} (not {', '.join(unknown)})")
+    wanted = argv or names
+    for name in wanted:  # every corpus file each model reads, before any model trains
+        corpus_texts(name, section(params, f"base_models.{name}", BaseModelConfig), params)
+    digests = {name: fingerprint(name, params) for name in wanted}
+    todo = {name: digest for name, digest in digests.items() if not is_current(name, params, digest)}
+    kept = [name for name in wanted if name not in todo]
+    print(f"[base_models] {len(wanted)} models: {len(kept)} unchanged (kept{': ' + ', '.join(kept) if kept else ''}), "
+          f"{len(todo)} to train", flush=True)
+    with stage_timer(params, "base_models"):
+        failed = train_all(todo, params)
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(todo)} base models failed (the others are saved and kept):\n"
+                               + "\n".join(f"  {name}: {error}" for name, error in sorted(failed.items())))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import random
@@ -97,7 +99,7 @@ def limit_cpu_threads() -> None:
     stages base_model@imdb_small + reward_model + train + evaluate of the smoke profile, idle 80-82 vs 83, beside two
     busy processes 195 and 260 vs 126 and 124; `pytest tests/test_pipeline_smoke.py`, idle 214 vs 216, beside two
     busy processes 428 vs 329. The variable is set for child processes too; the train stage's pool workers take their
-    own share of the cores (pipeline.train.share_cpus)."""
+    own share of the cores (pipeline.gpus.share_cpus)."""
     if os.environ.get("OMP_NUM_THREADS"):
         return
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -237,3 +239,38 @@ def require_device(params: dict[str, Any]) -> None:
             "smoke profile: `python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway, set "
             f"runtime.device: auto in profiles/{profile(params)}.yaml."
         )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# What a cached unit of work (a run, a base model) depends on, hashed: a stage keeps the units whose hash is unchanged
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _digest(h, path: Path) -> None:
+    """Feed a file, or every file of a folder (names and contents, in sorted order), into hash `h`."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        h.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
+        with open(file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+
+
+@functools.cache  # one stage run hashes each folder once, however many runs read it
+def content_digest(path_or_name: str) -> str:
+    """sha256 of a local file or folder's content; a hub name (no such local path) stands for itself."""
+    path = Path(path_or_name)
+    if not path.exists():
+        return f"name:{path_or_name}"
+    h = hashlib.sha256()
+    _digest(h, path)
+    return h.hexdigest()
+
+
+def code_digest(stage: str) -> str:
+    """sha256 of the code `stage` runs: its deps in dvc.yaml that are files of the repo (no ${profile} outputs)."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    h = hashlib.sha256()
+    for dep in sorted(d for d in stages[stage]["deps"] if "${" not in d):
+        _digest(h, ROOT / dep)
+    return h.hexdigest()

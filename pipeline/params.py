@@ -185,7 +185,7 @@ class Params:
     runtime: RuntimeConfig
     data: DataConfig
     base_models: dict[str, BaseModelConfig]
-    """Base language models by name; a DVC stage base_model@<name> each."""
+    """Base language models by name; trained by the DVC stage base_models (an MLflow run base_model@<name> each)."""
     reward_model: RewardModelConfig
     train: TrainConfig
     """The train block every RL run reads; experiment groups and their runs override parts of it."""

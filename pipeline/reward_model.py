@@ -35,7 +35,7 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tup
     if cfg.source == SCRATCH:
         init_dir = out_dir(params, "models", cfg.init_from) if cfg.init_from else None
         if init_dir is not None and not (init_dir / "config.json").is_file():
-            raise FileNotFoundError(f"reward_model.init_from: {init_dir} holds no model (run base_model@{cfg.init_from})")
+            raise FileNotFoundError(f"reward_model.init_from: {init_dir} holds no model (run the base_models stage: dvc repro base_models)")
         tokenizer = load_tokenizer(str(init_dir) if init_dir else cfg.tokenizer)
         model, metrics = train_reward_classifier(
             [row["text"] for row in train],

@@ -24,27 +24,23 @@ Every config, model and prompt file is checked before the first run starts.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from concurrent.futures import as_completed
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
 
 from cory.config import ConfigError, to_dict
 from cory.experiments import Job, TaskConfig, expand_jobs, parse_experiment, run_training
 from pipeline.common import (
-    ROOT, device, load_params, out_dir, profile, require_device, run_stage, section, seeds, stage_timer, write_json,
+    ROOT, code_digest, content_digest, device, load_params, out_dir, profile, require_device, run_stage, section, seeds,
+    stage_timer, write_json,
 )
+from pipeline.gpus import mps_daemon, visible_gpus, worker_gpus, worker_pool
 from pipeline.params import RuntimeConfig
 
 
@@ -87,123 +83,6 @@ def check_models(jobs: list[Job]) -> None:
             raise FileNotFoundError(f"{path}: model folder not found (run the base_models / reward_model stage)")
 
 
-def share_cpus(workers: int) -> None:
-    """In each of `workers` processes sharing one machine: an equal share of the cores for torch's CPU thread pool,
-    and no thread pool in the tokenizer (as torchrun sets OMP_NUM_THREADS=1), so that 14 processes do not run 14 x 16
-    threads on 16 cores. Called in every worker before it does any work."""
-    import torch
-
-    share = max(1, len(os.sched_getaffinity(0)) // workers)  # the cores this process may use (taskset, cgroup cpusets)
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(share))  # torch.compile's workers (read when it starts)
-    torch.set_num_threads(share)
-
-
-MPS_PREFIX = "cory-mps-"
-
-
-def quit_mps_daemon(control: str, env: dict) -> None:
-    """Tell the MPS daemon whose pipe folder `env` names (CUDA_MPS_PIPE_DIRECTORY) to quit."""
-    subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=60)
-
-
-def quit_stale_mps_daemons(control: str) -> None:
-    """Quit the MPS daemons that earlier train stages left behind when they were killed (SIGKILL or SIGTERM skip the
-    `finally` that quits them): each daemon's temporary folder names the stage process that started it, and those
-    whose process is gone are quit and removed. A daemon of a stage still running (another profile, say) stays."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{MPS_PREFIX}*"):
-        try:
-            owner = int((folder / "owner").read_text())
-        except (OSError, ValueError):
-            continue
-        try:
-            os.kill(owner, 0)
-            continue  # its stage is still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue  # another user's process
-        quit_mps_daemon(control, {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe")})
-        shutil.rmtree(folder, ignore_errors=True)
-        print(f"[train] runtime.mps: quit the MPS daemon a killed train stage left ({folder})", flush=True)
-
-
-@contextmanager
-def mps_daemon(enabled: bool):
-    """A private CUDA MPS daemon for the duration of the block (runtime.mps), so that processes started inside it
-    share each GPU's compute at once; its pipe and log folders go into a temporary folder named by
-    CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY, which worker processes inherit. Not enabled, or no
-    `nvidia-cuda-mps-control` on PATH, or a daemon that does not start: the block runs without (and says so).
-    Yields whether the daemon runs (its clients name GPUs differently: `worker_gpus`)."""
-    control = shutil.which("nvidia-cuda-mps-control") if enabled else None
-    if enabled and control is None:
-        print("[train] runtime.mps: nvidia-cuda-mps-control is not on PATH; the runs take turns on the GPU", flush=True)
-    if control is None:
-        yield False
-        return
-    quit_stale_mps_daemons(control)
-    with tempfile.TemporaryDirectory(prefix=MPS_PREFIX) as tmp:
-        env = {"CUDA_MPS_PIPE_DIRECTORY": f"{tmp}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{tmp}/log"}
-        for folder in env.values():
-            os.makedirs(folder)
-        Path(tmp, "owner").write_text(str(os.getpid()))
-        daemon_env = {**os.environ, **env}
-        start = subprocess.run([control, "-d"], env=daemon_env, capture_output=True, text=True)
-        if start.returncode != 0:
-            print(f"[train] runtime.mps: the MPS daemon did not start ({(start.stderr or start.stdout).strip()}); the "
-                  "runs take turns on the GPU", flush=True)
-            yield False
-            return
-        print("[train] runtime.mps: the runs share each GPU through a CUDA MPS daemon", flush=True)
-        saved = {key: os.environ.get(key) for key in env}
-        os.environ.update(env)
-        try:
-            yield True
-        finally:
-            quit_mps_daemon(control, daemon_env)
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices, or UUIDs if it lists those)."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [gpu.strip() for gpu in listed.split(",") if gpu.strip() and gpu.strip() != "-1"]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def worker_gpus(gpus: list[str], under_mps: bool) -> list[str]:
-    """How worker processes name `gpus` (the stage's CUDA_VISIBLE_DEVICES) in their own CUDA_VISIBLE_DEVICES. Under an
-    MPS daemon a client's CUDA_VISIBLE_DEVICES counts within the daemon's visible set, which is the stage's: the
-    positions 0..n-1. (A physical index there, "1" when the stage sees only GPU 1, is not a valid GPU to MPS: the
-    client hangs, seen on a four-GPU machine with CUDA_VISIBLE_DEVICES=1.) Without MPS, the names themselves."""
-    return [str(position) for position in range(len(gpus))] if under_mps else gpus
-
-
-def gpu_of_worker(index: int, gpus: list[str]) -> str | None:
-    """The GPU of the index-th worker process: workers go round-robin over the GPUs, so `runtime.workers` runs per
-    GPU share each one (None without a GPU)."""
-    return gpus[index % len(gpus)] if gpus else None
-
-
-def start_worker(workers: int, counter, gpus: list[str]) -> None:
-    """Pool initializer: the next worker index from the shared counter picks this process's GPU (set before CUDA
-    starts in it, so the process sees that GPU alone, as cuda:0), then share_cpus."""
-    with counter.get_lock():
-        index = counter.value
-        counter.value += 1
-    gpu = gpu_of_worker(index, gpus)
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    share_cpus(workers)
-
-
 def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str]) -> tuple[list[dict], dict[str, str]]:
     """Train every job, `workers` at once per GPU (in all, without one), longest first; returns (summaries of the
     runs that finished, {run name: error} of those that failed). One run's failure (out of GPU memory, a non-finite
@@ -217,12 +96,7 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str]) -> 
             except Exception as exc:  # noqa: BLE001 - reported, with every other failure, when all runs are done
                 failed[job.name] = _error_line(exc)
         return summaries, failed
-    processes = workers * max(1, len(gpus))
-    # spawn: CUDA cannot be used in forked children.
-    context = multiprocessing.get_context("spawn")
-    counter = context.Value("i", 0)
-    with ProcessPoolExecutor(processes, mp_context=context, initializer=start_worker,
-                             initargs=(processes, counter, gpus)) as pool:
+    with worker_pool(workers * max(1, len(gpus)), gpus) as pool:
         futures = {pool.submit(run_job, job, *settings): job for job in todo}
         summaries = []
         for future in as_completed(futures):
@@ -267,36 +141,6 @@ def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dic
 def _error_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
-def _digest(h, path: Path) -> None:
-    """Feed a file, or every file of a folder (names and contents, in sorted order), into hash `h`."""
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        h.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
-        with open(file, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                h.update(block)
-
-
-@functools.cache  # one stage run hashes each model folder once, however many runs read it
-def content_digest(path_or_name: str) -> str:
-    """sha256 of a local file or folder's content; a hub name (no such local path) stands for itself."""
-    path = Path(path_or_name)
-    if not path.exists():
-        return f"name:{path_or_name}"
-    h = hashlib.sha256()
-    _digest(h, path)
-    return h.hexdigest()
-
-
-def code_digest() -> str:
-    """sha256 of the library code this stage runs: the train stage's deps in dvc.yaml that are files of the repo."""
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    h = hashlib.sha256()
-    for dep in sorted(d for d in stages["train"]["deps"] if "${" not in d):
-        _digest(h, ROOT / dep)
-    return h.hexdigest()
 
 
 def fingerprint(job: Job, code: str) -> str:
@@ -402,7 +246,7 @@ def main(argv: list[str]) -> None:
         jobs += [replace(job, model=model_path(params, job.model)) for job in group_jobs]
     check_models(jobs)
     check_prompts(jobs)
-    code = code_digest()
+    code = code_digest("train")
     jobs = [replace(job, fingerprint=fingerprint(job, code)) for job in jobs]
     jobs.sort(key=cost, reverse=True)
     runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
@@ -428,6 +272,10 @@ def main(argv: list[str]) -> None:
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
             sharing = bool(gpus) and bool(todo) and runtime.workers > 1  # processes share a GPU
+            if sharing or len(gpus) > 1:
+                from cory.tracking import open_store
+
+                open_store(name)  # before the processes that log to it start at once
             with mps_daemon(runtime.mps and sharing) as under_mps:
                 summaries, failed = run_all(todo, settings, runtime.workers, worker_gpus(gpus, under_mps))
         if failed:

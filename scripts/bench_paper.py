@@ -164,7 +164,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations per run (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=1,
-                        help="untimed iterations first (CUDA graphs: past a role exchange, cory.role_exchange_period)")
+                        help="untimed iterations first (a static cache's compilations need 2)")
     parser.add_argument("--only", nargs="*", default=[], help="GROUP/RUN names (default: every run)")
     parser.add_argument("--set", action="append", default=[], help="a train setting for every run, e.g. ppo.batch_size=8")
     parser.add_argument("--out", default=None, help="default: reports/<profile>/scale.json")

@@ -101,7 +101,7 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
 
 def _worker(args):
     group, run, iterations, warmup, variant, barrier, workers = args
-    from pipeline.train import share_cpus
+    from pipeline.gpus import share_cpus
 
     share_cpus(workers)  # as the train stage's workers do
     return time_iterations(group, run, iterations, warmup, variant=variant, barrier=barrier)
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="e.g. ppo.mixed_precision=false")
     args = parser.parse_args()
 
-    from pipeline.train import mps_daemon
+    from pipeline.gpus import mps_daemon
 
     with mps_daemon(args.mps):  # started before this process's CUDA context, so that it is a client too
         run(args)

@@ -2,9 +2,6 @@
 # The speed issue's measurements on one GPU, each side by side in one run (scripts/bench_rl.py):
 #   bash scripts/bench_speed.sh imdb|math          # one process alone: the profile's settings against each speed
 #                                                  # option, with the profiled iteration's kernel count and GPU time
-#   bash scripts/bench_speed.sh graphs             # one IMDB and one math CORY process alone: the profile's settings
-#                                                  # against ppo.compile_mode reduce-overhead (CUDA graphs of the
-#                                                  # experience's and update's passes; warm-up past a role exchange)
 #   bash scripts/bench_speed.sh vocab              # one math CORY process alone with the profile's math tokenizer,
 #                                                  # then GPT-2's whole vocabulary, then again (order effects)
 #   bash scripts/bench_speed.sh paper              # the paper's GPT-2 Large shape (stand-ins built here on the GPU):
@@ -20,7 +17,7 @@
 #                                                  # MPS=on|off: only with / without it); with VARIANT, that only
 # Output in $OUT/bench-<what>.txt and on stdout.
 set -uo pipefail
-what=${1:?usage: $0 imdb|math|graphs|vocab|paper | workers GROUP N [VARIANT]}; shift
+what=${1:?usage: $0 imdb|math|vocab|paper | workers GROUP N [VARIANT]}; shift
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 FILTER="Loading|Writing|LOAD REPORT|^Key|^---|MISSING|^Notes|^\s*$|_warn_once|profiler"
@@ -33,11 +30,8 @@ case "$what" in
   # (the math runs' profile settings have the static cache since 2026-11-27: "$dynamic" is the option there)
   math) bench --group math --run cory --iterations 3 --warmup 3 --profile --variant "$aligned" --variant "$fp32" \
           --variant "$dynamic" --variant "$compile" --variant "$aligned,$compile" ;;
-  graphs)
-    graphs=ppo.compile=true,ppo.compile_mode=reduce-overhead
-    for group in imdb math; do
-      bench --group $group --run cory --iterations 4 --warmup 7 --profile --variant "$graphs" --variant "$compile"
-    done ;;
+  # (ppo.compile_mode reduce-overhead, CUDA graphs of the experience's and update's passes, measured 2026-11-27 and
+  # removed: no faster, and wrong with accumulated micro-batches over tied weights; README "Speed options")
   vocab)  # base_models.math.tokenizer: the profile's, and offline-gpt2 through a params copy ($CORY_PARAMS)
     full=$(mktemp --suffix .yaml)
     python3 -c "import sys, yaml; p = yaml.safe_load(open('params.yaml')); p['base_models']['math']['tokenizer'] = 'offline-gpt2'; yaml.safe_dump(p, open(sys.argv[1], 'w'))" "$full"

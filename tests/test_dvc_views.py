@@ -61,7 +61,8 @@ def test_dvc_metrics_reads_the_headline_file_only():
     outs = stage_outputs("outs")
     # what used to be metrics (timings, per-run finals, per-seed pass@k) are git-tracked plain outputs now
     for path in ("metrics/timing/train.json", "metrics/train_imdb.json", "metrics/train_pareto_math.json",
-                 "eval/passk.json", "metrics/reward_model.json", "metrics/base_models/${key}.json"):
+                 "eval/passk.json", "metrics/reward_model.json", "metrics/base_models",
+                 "metrics/timing/base_models.json"):
         assert outs[PROFILE_OUTPUTS + path] == {"cache": False, "persist": True}, path
 
 

@@ -71,9 +71,30 @@ def test_epochs_set_the_number_of_steps(tok):
     assert metrics["steps"] == 6
 
 
+def test_micro_batches_take_the_same_step(tok):
+    # the step's windows in equal slices, gradients summed: the same weights up to float rounding (no dropout, whose
+    # masks are drawn per forward), the same loss history
+    texts = [f"the movie was {w} and the plot was {v}" for w, v in zip(WORDS * 3, reversed(WORDS * 3))]
+    runs = []
+    for micro_batches in (1, 4):
+        torch.manual_seed(0)
+        model = build_causal_lm(TINY, len(tok), tok.eos_token_id)
+        cfg = PretrainConfig(steps=6, batch_tokens=128, micro_batches=micro_batches, seq_len=16, learning_rate=1e-2,
+                             warmup_steps=2, eval_every=3)
+        runs.append((model, pretrain_lm(model, tok, texts, texts[:4], cfg, "cpu")))
+    (one, whole), (four, sliced) = runs
+    for a, b in zip(one.parameters(), four.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # Adam: ~lr per step
+    for a, b in zip(whole["history"], sliced["history"]):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+
+
 def test_pretrain_config_errors_name_the_setting():
     with pytest.raises(ConfigError, match=r"base_models.x.pretrain.batch_tokens: must be a positive multiple of seq_len"):
         from_dict(PretrainConfig, {"batch_tokens": 100, "seq_len": 64}, "base_models.x.pretrain")
+    with pytest.raises(ConfigError, match=r"base_models.x.pretrain.micro_batches: must be >= 1 and divide the step's 4 "):
+        from_dict(PretrainConfig, {"batch_tokens": 256, "seq_len": 64, "micro_batches": 3}, "base_models.x.pretrain")
     with pytest.raises(ConfigError, match=r"lm.n_head: must divide n_embd"):
         from_dict(LMConfig, {"n_embd": 30, "n_head": 4}, "lm")
 
@@ -202,6 +223,39 @@ def test_base_model_stage_writes_a_loadable_model_metrics_and_samples(project):
     assert metrics_large["param_ratio"] > 1.2
 
 
+def test_base_models_stage_keeps_the_models_whose_inputs_are_unchanged(project, tmp_path, monkeypatch):
+    import pipeline.base_models as stage
+    from pipeline.common import content_digest, out_dir, write_jsonl
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setattr(stage, "code_digest", lambda name: "the stage's code")  # no dvc.yaml in this project
+    names = list(project["base_models"])
+
+    def current():
+        content_digest.cache_clear()  # one stage process hashes each corpus once; here the corpus changes in between
+        digests = {name: stage.fingerprint(name, project) for name in names}
+        return digests, {name for name, digest in digests.items() if stage.is_current(name, project, digest)}
+
+    digests, kept = current()
+    assert kept == set()
+    assert stage.train_all(digests, project) == {}  # on a CPU: one after another, in this process
+    assert current()[1] == set(names)
+    for kind in ("metrics", "samples"):
+        assert out_dir(project, kind, "base_models", "math.json").is_file()
+    # another math corpus: only the math model is stale
+    from cory.mathgen import MathGenConfig, generate_problems
+    write_jsonl(out_dir(project, "data", "math", "pretrain.jsonl"),
+                generate_problems(MathGenConfig(n_pretrain=20, n_rl=0, n_test=0, seed=1))["pretrain"])
+    assert current()[1] == {"imdb_small", "imdb_large"}
+    # imdb_small's shape: itself and imdb_large, whose parameter ratio is against it
+    project["base_models"]["imdb_small"]["lm"] = {**project["base_models"]["imdb_small"]["lm"], "n_embd": 16}
+    assert current()[1] == set()
+    # a model folder without its metrics (a stage killed between the two) is not current
+    project["base_models"]["imdb_small"]["lm"]["n_embd"] = 32
+    out_dir(project, "metrics", "base_models", "imdb_small.json").unlink()
+    assert "imdb_small" not in current()[1]
+
+
 def test_math_base_model_trains_on_formatted_problems_with_a_holdout(project):
     from pipeline.base_models import BaseModelConfig, build_base_model, corpus_texts
     from pipeline.common import section
@@ -268,7 +322,7 @@ def test_reward_stage_trains_from_the_base_model_and_scores_like_the_rl_reward(p
     from pipeline.common import out_dir, section
     from pipeline.reward_model import RewardModelConfig, build_reward_model
 
-    with pytest.raises(FileNotFoundError, match="run base_model@imdb_small"):
+    with pytest.raises(FileNotFoundError, match=r"holds no model \(run the base_models stage"):
         build_reward_model(section(project, "reward_model", RewardModelConfig), project, "cpu")
     build_base_model("imdb_small", section(project, "base_models.imdb_small", BaseModelConfig), project, "cpu")
     metrics, record = build_reward_model(section(project, "reward_model", RewardModelConfig), project, "cpu")

@@ -48,18 +48,6 @@ def test_forward_on_padded_batch_equals_forward_on_each_trimmed_sequence():
         assert torch.allclose(values[i], values_i[0], atol=1e-5)
 
 
-def test_forward_padded_to_a_multiple_gives_the_same_outputs():
-    """ppo.compile_mode "reduce-overhead" pads both blocks to static shapes; the masks leave the padding out."""
-    lm, head = tiny_lm(), ValueHead(32, dropout=0.0)
-    rollout = left_padded_rollout()
-    logits, values = forward_response(lm, rollout, head)
-    for multiple in (4, 5, 16):
-        padded_logits, padded_values = forward_response(lm, rollout, head, multiple)
-        assert padded_logits.shape == logits.shape and padded_values.shape == values.shape
-        torch.testing.assert_close(padded_logits, logits, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(padded_values, values, rtol=1e-5, atol=1e-5)
-
-
 def test_generate_shapes_masks_and_texts():
     torch.manual_seed(0)
     lm, tok = tiny_lm(), tiny_tokenizer()

@@ -1,4 +1,4 @@
-"""The train stage's pool: runs spread over the visible GPUs, and one failed run stops only itself."""
+"""The train stage's pool: runs spread over the visible GPUs (pipeline.gpus), and one failed run stops only itself."""
 
 import os
 from pathlib import Path
@@ -6,27 +6,28 @@ from types import SimpleNamespace
 
 import pytest
 
+import pipeline.gpus as sharing
 import pipeline.train as train
 
 
 def test_workers_go_round_robin_over_the_gpus():
     gpus = ["0", "1"]
-    assert [train.gpu_of_worker(i, gpus) for i in range(5)] == ["0", "1", "0", "1", "0"]
-    assert train.gpu_of_worker(3, []) is None
+    assert [sharing.gpu_of_worker(i, gpus) for i in range(5)] == ["0", "1", "0", "1", "0"]
+    assert sharing.gpu_of_worker(3, []) is None
 
 
 @pytest.mark.parametrize("listed, expected", [("0,1", ["0", "1"]), ("2", ["2"]), ("", []), ("-1", []),
                                               ("GPU-a1, GPU-b2", ["GPU-a1", "GPU-b2"])])
 def test_visible_gpus_follow_cuda_visible_devices(monkeypatch, listed, expected):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
-    assert train.visible_gpus() == expected
+    assert sharing.visible_gpus() == expected
 
 
 @pytest.mark.parametrize("gpus", [["2"], ["2", "3"], ["GPU-a1", "GPU-b2"], ["0", "1"]])
 def test_under_mps_workers_name_their_gpu_within_the_daemons_set(gpus):
     # the daemon sees the stage's GPUs as 0..n-1; a worker asking MPS for "2" of a one-GPU set hangs
-    assert train.worker_gpus(gpus, under_mps=True) == [str(i) for i in range(len(gpus))]
-    assert train.worker_gpus(gpus, under_mps=False) == gpus
+    assert sharing.worker_gpus(gpus, under_mps=True) == [str(i) for i in range(len(gpus))]
+    assert sharing.worker_gpus(gpus, under_mps=False) == gpus
 
 
 def test_a_failed_run_stops_alone_and_is_named(monkeypatch):
@@ -73,13 +74,15 @@ def test_ray_executor_without_ray_is_one_clear_error(monkeypatch):
         train.run_on_ray([], (), workers=1)
 
 
-def fake_mps_control(tmp_path, monkeypatch, exit_code=0):
-    """An `nvidia-cuda-mps-control` on PATH that logs each call (its arguments, stdin, pipe folder) and exits so."""
+def fake_mps_control(tmp_path, monkeypatch, exit_code=0, quit_hangs=False):
+    """An `nvidia-cuda-mps-control` on PATH that logs each call (its arguments, stdin, pipe folder) and exits so
+    (or, with quit_hangs, never answers a quit)."""
     log = tmp_path / "calls.log"
     program = tmp_path / "bin" / "nvidia-cuda-mps-control"
     program.parent.mkdir()
     program.write_text(f'#!/bin/sh\nif [ "$1" = "-d" ]; then echo "start $CUDA_MPS_PIPE_DIRECTORY" >> {log}; '
-                       f'else read line; echo "$line $CUDA_MPS_PIPE_DIRECTORY" >> {log}; fi\nexit {exit_code}\n')
+                       f'else read line; echo "$line $CUDA_MPS_PIPE_DIRECTORY" >> {log}; sleep {30 if quit_hangs else 0}; fi\n'
+                       f'exit {exit_code}\n')
     program.chmod(0o755)
     monkeypatch.setenv("PATH", f"{program.parent}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
@@ -88,26 +91,40 @@ def fake_mps_control(tmp_path, monkeypatch, exit_code=0):
 
 def test_mps_daemon_runs_for_the_block_and_its_pipe_folder_reaches_the_workers(tmp_path, monkeypatch):
     log = fake_mps_control(tmp_path, monkeypatch)
-    with train.mps_daemon(True) as running:
+    with sharing.mps_daemon(True) as running:
         assert running
         pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]  # what spawned workers inherit
         assert Path(pipe).is_dir() and log.read_text().split() == ["start", pipe]
-    assert log.read_text().splitlines() == [f"start {pipe}", f"quit {pipe}"]  # stopped after, through the same pipe
+    assert log.read_text().splitlines() == [f"start {pipe}", f"quit -t 10 {pipe}"]  # stopped after, through the same pipe
     assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ and not Path(pipe).exists()
 
 
 def test_mps_daemon_off_or_failing_runs_the_block_without_it(tmp_path, monkeypatch, capsys):
     log = fake_mps_control(tmp_path, monkeypatch, exit_code=1)
-    with train.mps_daemon(False) as running:
+    with sharing.mps_daemon(False) as running:
         assert not running and "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
     assert not log.exists()
-    with train.mps_daemon(True) as running:  # the daemon fails to start: said, and the block runs without MPS
+    with sharing.mps_daemon(True) as running:  # the daemon fails to start: said, and the block runs without MPS
         assert not running and "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
     assert log.read_text().split()[0] == "start" and "did not start" in capsys.readouterr().out
     monkeypatch.setenv("PATH", "/nonexistent")
-    with train.mps_daemon(True):
+    with sharing.mps_daemon(True):
         assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
     assert "not on PATH" in capsys.readouterr().out
+
+
+def test_a_daemon_that_does_not_quit_is_left_for_the_next_stage_and_the_block_ends_well(tmp_path, monkeypatch, capsys):
+    # seen on an H100: a benchmark's pool had terminated its MPS clients and a plain `quit` outwaited its time limit,
+    # which raised after the benchmark's work was done
+    log = fake_mps_control(tmp_path, monkeypatch, quit_hangs=True)
+    monkeypatch.setattr(sharing, "QUIT_TIMEOUT", 1)
+    monkeypatch.setattr(sharing.tempfile, "gettempdir", lambda: str(tmp_path))
+    with sharing.mps_daemon(True, who="base_models"):
+        pipe = Path(os.environ["CUDA_MPS_PIPE_DIRECTORY"])
+    assert log.read_text().splitlines() == [f"start {pipe}", f"quit -t 10 {pipe}"]
+    assert "[base_models] runtime.mps: the MPS daemon did not quit" in capsys.readouterr().out
+    assert (pipe.parent / "owner").read_text() == str(os.getpid())  # its folder stays, for quit_stale_mps_daemons
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
 
 
 def test_a_daemon_that_a_killed_stage_left_is_quit_before_a_new_one_starts(tmp_path, monkeypatch):
@@ -115,13 +132,13 @@ def test_a_daemon_that_a_killed_stage_left_is_quit_before_a_new_one_starts(tmp_p
     import sys
 
     log = fake_mps_control(tmp_path, monkeypatch)
-    monkeypatch.setattr(train.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(sharing.tempfile, "gettempdir", lambda: str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale, running = tmp_path / f"{train.MPS_PREFIX}stale", tmp_path / f"{train.MPS_PREFIX}running"
+    stale, running = tmp_path / f"{sharing.MPS_PREFIX}stale", tmp_path / f"{sharing.MPS_PREFIX}running"
     for folder, owner in ((stale, dead.stdout.strip()), (running, str(os.getpid()))):
         (folder / "pipe").mkdir(parents=True)
         (folder / "owner").write_text(owner)
-    with train.mps_daemon(True):
+    with sharing.mps_daemon(True):
         pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
-    assert log.read_text().splitlines() == [f"quit {stale / 'pipe'}", f"start {pipe}", f"quit {pipe}"]
+    assert log.read_text().splitlines() == [f"quit -t 10 {stale / 'pipe'}", f"start {pipe}", f"quit -t 10 {pipe}"]
     assert not stale.exists() and running.exists()  # a daemon whose stage still runs is left alone

@@ -1,0 +1,164 @@
+"""How the stages that train several models at once share the machine: GPUs, CPU cores and a CUDA MPS daemon.
+
+The train stage runs `runtime.workers` runs per GPU at once, and the base_models stage its models at once; both
+start their processes with `spawn` (CUDA cannot be used in forked children), pin each to one GPU round-robin
+(`worker_pool`), give each an equal share of the cores (`share_cpus`) and, with several processes
+on one GPU, run them under a private MPS daemon (`mps_daemon`), so that their kernels run at the same time instead
+of taking turns.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def share_cpus(workers: int) -> None:
+    """In each of `workers` processes sharing one machine: an equal share of the cores for torch's CPU thread pool,
+    and no thread pool in the tokenizer (as torchrun sets OMP_NUM_THREADS=1), so that 14 processes do not run 14 x 16
+    threads on 16 cores. Called in every worker before it does any work."""
+    import torch
+
+    share = max(1, len(os.sched_getaffinity(0)) // workers)  # the cores this process may use (taskset, cgroup cpusets)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(share))  # torch.compile's workers (read when it starts)
+    torch.set_num_threads(share)
+
+
+MPS_PREFIX = "cory-mps-"
+
+
+QUIT_GRACE, QUIT_TIMEOUT = 10, 60
+"""Seconds the MPS daemon waits for its clients before it forces its servers down, and seconds it is given to quit."""
+
+
+def quit_mps_daemon(control: str, env: dict) -> bool:
+    """Tell the MPS daemon whose pipe folder `env` names (CUDA_MPS_PIPE_DIRECTORY) to quit, forcing its servers down
+    after QUIT_GRACE seconds (`quit -t`): a plain `quit` waits for every client, and once waited past a 60 s limit after
+    a benchmark's pool had terminated its clients, which raised at the end of the benchmark's finished work. Returns
+    whether the daemon quit; one that does not is left for quit_stale_mps_daemons, never an error."""
+    try:
+        done = subprocess.run([control], input=f"quit -t {QUIT_GRACE}\n", env=env, capture_output=True, text=True,
+                              timeout=QUIT_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
+
+
+def quit_stale_mps_daemons(control: str, who: str = "train") -> None:
+    """Quit the MPS daemons that earlier stages left behind when they were killed (SIGKILL or SIGTERM skip the
+    `finally` that quits them) or that did not quit in time: each daemon's temporary folder names the stage process that started it, and those
+    whose process is gone are quit and removed. A daemon of a stage still running (another profile, say) stays."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{MPS_PREFIX}*"):
+        try:
+            owner = int((folder / "owner").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(owner, 0)
+            continue  # its stage is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's process
+        if quit_mps_daemon(control, {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe")}):
+            shutil.rmtree(folder, ignore_errors=True)
+            print(f"[{who}] runtime.mps: quit the MPS daemon a killed stage left ({folder})", flush=True)
+
+
+@contextmanager
+def mps_daemon(enabled: bool, who: str = "train"):
+    """A private CUDA MPS daemon for the duration of the block (runtime.mps), so that processes started inside it
+    share each GPU's compute at once; its pipe and log folders go into a temporary folder named by
+    CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY, which worker processes inherit. Not enabled, or no
+    `nvidia-cuda-mps-control` on PATH, or a daemon that does not start: the block runs without (and says so).
+    Yields whether the daemon runs (its clients name GPUs differently: `worker_gpus`). `who` names the stage in what
+    it prints. A daemon that does not quit afterwards is said and left with its folder, for the next stage to quit."""
+    control = shutil.which("nvidia-cuda-mps-control") if enabled else None
+    if enabled and control is None:
+        print(f"[{who}] runtime.mps: nvidia-cuda-mps-control is not on PATH; the processes take turns on the GPU",
+              flush=True)
+    if control is None:
+        yield False
+        return
+    quit_stale_mps_daemons(control, who)
+    tmp = tempfile.mkdtemp(prefix=MPS_PREFIX)
+    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{tmp}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{tmp}/log"}
+    for folder in env.values():
+        os.makedirs(folder)
+    Path(tmp, "owner").write_text(str(os.getpid()))
+    daemon_env = {**os.environ, **env}
+    start = subprocess.run([control, "-d"], env=daemon_env, capture_output=True, text=True)
+    if start.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"[{who}] runtime.mps: the MPS daemon did not start ({(start.stderr or start.stdout).strip()}); the "
+              "processes take turns on the GPU", flush=True)
+        yield False
+        return
+    print(f"[{who}] runtime.mps: the processes share each GPU through a CUDA MPS daemon", flush=True)
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield True
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if quit_mps_daemon(control, daemon_env):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"[{who}] runtime.mps: the MPS daemon did not quit; left running ({tmp}), the next stage that "
+                  "starts one quits it", flush=True)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices, or UUIDs if it lists those)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [gpu.strip() for gpu in listed.split(",") if gpu.strip() and gpu.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def worker_gpus(gpus: list[str], under_mps: bool) -> list[str]:
+    """How worker processes name `gpus` (the stage's CUDA_VISIBLE_DEVICES) in their own CUDA_VISIBLE_DEVICES. Under an
+    MPS daemon a client's CUDA_VISIBLE_DEVICES counts within the daemon's visible set, which is the stage's: the
+    positions 0..n-1. (A physical index there, "1" when the stage sees only GPU 1, is not a valid GPU to MPS: the
+    client hangs, seen on a four-GPU machine with CUDA_VISIBLE_DEVICES=1.) Without MPS, the names themselves."""
+    return [str(position) for position in range(len(gpus))] if under_mps else gpus
+
+
+def gpu_of_worker(index: int, gpus: list[str]) -> str | None:
+    """The GPU of the index-th worker process: workers go round-robin over the GPUs, so `runtime.workers` runs per
+    GPU share each one (None without a GPU)."""
+    return gpus[index % len(gpus)] if gpus else None
+
+
+def start_worker(workers: int, counter, gpus: list[str]) -> None:
+    """Pool initializer: the next worker index from the shared counter picks this process's GPU (set before CUDA
+    starts in it, so the process sees that GPU alone, as cuda:0), then share_cpus."""
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    gpu = gpu_of_worker(index, gpus)
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    share_cpus(workers)
+
+
+def worker_pool(processes: int, gpus: list[str]) -> ProcessPoolExecutor:
+    """`processes` worker processes (spawned: CUDA cannot be used in forked children), each pinned to one of `gpus`
+    round-robin (as worker_gpus names them) and given its share of the cores."""
+    context = multiprocessing.get_context("spawn")
+    counter = context.Value("i", 0)
+    return ProcessPoolExecutor(processes, mp_context=context, initializer=start_worker,
+                               initargs=(processes, counter, gpus))
