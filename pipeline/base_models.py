@@ -28,7 +28,6 @@ import json
 import os
 import random
 import sys
-from concurrent.futures import as_completed
 
 import torch
 import transformers
@@ -49,7 +48,7 @@ from pipeline.common import (
     code_digest, content_digest, device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section,
     stage_timer, write_json,
 )
-from pipeline.gpus import mps_daemon, visible_gpus, worker_gpus, worker_pool
+from pipeline.gpus import error_line, gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
 from pipeline.params import SCRATCH, BaseModelConfig, RuntimeConfig
 
 
@@ -158,7 +157,7 @@ def train_one(name: str, digest: str, params: dict) -> dict:
     """Train (or load) base model `name` under its MLflow run and write its outputs; returns its metrics. Runs in a
     worker process of its own when the models train at once."""
     cfg = section(params, f"base_models.{name}", BaseModelConfig)
-    cuda = torch.cuda.is_available() and device() == "cuda"
+    cuda = device() == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     with start_run(f"base_model@{name}", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", name)) as tracker:
@@ -188,7 +187,7 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
             except (ConfigError, FileNotFoundError):  # bad input: the stage's one-line error, as before any work
                 raise
             except Exception as exc:  # noqa: BLE001 - reported with the others when every model is done
-                failed[name] = f"{type(exc).__name__}: {exc}"
+                failed[name] = error_line(exc)
         return failed
     runtime = section(params, "runtime", RuntimeConfig)
     open_store(profile(params))  # before the processes that log to it start at once
@@ -197,13 +196,7 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
     with mps_daemon(runtime.mps and len(todo) > len(gpus), who="base_models") as under_mps:
         with worker_pool(len(todo), worker_gpus(gpus, under_mps)) as pool:
             futures = {pool.submit(train_one, name, digest, params): name for name, digest in todo.items()}
-            for future in as_completed(futures):
-                try:
-                    future.result()
-                except Exception as exc:  # noqa: BLE001 - as above
-                    failed[futures[future]] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-                    print(f"[base_models] {futures[future]} FAILED: {failed[futures[future]]}", flush=True)
-    return failed
+            return gather(futures, "base_models")[1]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -162,3 +162,22 @@ def worker_pool(processes: int, gpus: list[str]) -> ProcessPoolExecutor:
     counter = context.Value("i", 0)
     return ProcessPoolExecutor(processes, mp_context=context, initializer=start_worker,
                                initargs=(processes, counter, gpus))
+
+
+def error_line(exc: BaseException) -> str:
+    """A failed unit's error in one line: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, str]]:
+    """(results of the futures that finished, {name: error line} of those that failed), in the order they end; each
+    failure is said as it happens, and the others run on."""
+    results, failed = [], {}
+    for future in as_completed(futures):
+        try:
+            results.append(future.result())
+        except Exception as exc:  # noqa: BLE001 - reported with every other failure when all are done
+            failed[futures[future]] = error_line(exc)
+            print(f"[{who}] {futures[future]} FAILED: {failed[futures[future]]}", flush=True)
+    return results, failed

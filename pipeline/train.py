@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import sys
-from concurrent.futures import as_completed
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from pipeline.common import (
     ROOT, code_digest, content_digest, device, load_params, out_dir, profile, require_device, run_stage, section, seeds,
     stage_timer, write_json,
 )
-from pipeline.gpus import mps_daemon, visible_gpus, worker_gpus, worker_pool
+from pipeline.gpus import error_line, gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
 from pipeline.params import RuntimeConfig
 
 
@@ -94,17 +93,10 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str]) -> 
             try:
                 summaries.append(run_job(job, *settings))
             except Exception as exc:  # noqa: BLE001 - reported, with every other failure, when all runs are done
-                failed[job.name] = _error_line(exc)
+                failed[job.name] = error_line(exc)
         return summaries, failed
     with worker_pool(workers * max(1, len(gpus)), gpus) as pool:
-        futures = {pool.submit(run_job, job, *settings): job for job in todo}
-        summaries = []
-        for future in as_completed(futures):
-            try:
-                summaries.append(future.result())
-            except Exception as exc:  # noqa: BLE001 - as above
-                failed[futures[future].name] = _error_line(exc)
-                print(f"[train] {futures[future].name} FAILED: {failed[futures[future].name]}", flush=True)
+        summaries, failed = gather({pool.submit(run_job, job, *settings): job.name for job in todo}, "train")
     return summaries, failed
 
 
@@ -131,16 +123,11 @@ def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dic
                 summaries.append(ray.get(ready[0]))
             except Exception as exc:  # noqa: BLE001 - reported with every other failure
                 cause = getattr(exc, "cause", None) or exc  # a RayTaskError wraps the run's own exception
-                failed[refs[ready[0]].name] = _error_line(cause)
+                failed[refs[ready[0]].name] = error_line(cause)
                 print(f"[train] {refs[ready[0]].name} FAILED: {failed[refs[ready[0]].name]}", flush=True)
         return summaries, failed
     finally:
         ray.shutdown()
-
-
-def _error_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 def fingerprint(job: Job, code: str) -> str:
