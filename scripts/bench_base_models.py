@@ -1,10 +1,10 @@
 """Benchmark: the base models trained one after another (one stage each) against all at once on the GPU(s).
 
-    python -m scripts.bench_base_models [--only concurrent|sequential] [--no-mps]     (from the project root)
+    python -m scripts.bench_base_models [--only concurrent|sequential]     (from the project root)
 
 Runs the profile's data stages if their outputs are missing, then `python -m pipeline.base_models NAME` for every
-base model one after another, then all of them at once (under a CUDA MPS daemon unless --no-mps, as the train stage
-shares a GPU), and prints each model's seconds and peak GPU memory (its metrics/base_models file) and the wall time
+base model one after another (as the three stages of before ran), then `python -m pipeline.base_models`, the stage
+that trains them all at once (under its CUDA MPS daemon with runtime.mps), and prints each model's seconds and peak GPU memory (its metrics/base_models file) and the wall time
 of each way, side by side in this one run. It writes what the stages write (outputs/<profile>/models, metrics).
 """
 
@@ -17,20 +17,19 @@ import sys
 import time
 
 from pipeline.common import load_params, out_dir
-from pipeline.gpus import mps_daemon
 
 
-def run_models(names: list[str], at_once: bool) -> float:
-    """Wall seconds to train `names`, one after another or all at once (each in its own process)."""
+def run_models(params: dict, names: list[str], at_once: bool) -> float:
+    """Wall seconds to train `names`, one stage process after another or all in one stage process at once. Their
+    metrics files go first, so that the stage trains them instead of keeping them (pipeline.base_models.is_current)."""
+    for name in names:
+        out_dir(params, "metrics", "base_models", f"{name}.json").unlink(missing_ok=True)
     started = time.perf_counter()
     command = [sys.executable, "-m", "pipeline.base_models"]
-    if at_once:
-        processes = [subprocess.Popen([*command, name], stdout=subprocess.DEVNULL) for name in names]
-        codes = [process.wait() for process in processes]
-    else:
-        codes = [subprocess.run([*command, name], stdout=subprocess.DEVNULL).returncode for name in names]
+    runs = [command] if at_once else [[*command, name] for name in names]
+    codes = [subprocess.run(run, stdout=subprocess.DEVNULL, check=False).returncode for run in runs]
     if any(codes):
-        sys.exit(f"a base-model process failed: exit codes {dict(zip(names, codes))}")
+        sys.exit(f"a base-model stage process failed: exit codes {codes}")
     return time.perf_counter() - started
 
 
@@ -46,7 +45,6 @@ def report(params: dict, names: list[str], label: str, wall: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["concurrent", "sequential"])
-    parser.add_argument("--no-mps", action="store_true")
     args = parser.parse_args()
     params = load_params()
     names = list(params["base_models"])
@@ -55,12 +53,11 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", f"pipeline.{stage}"], check=True, stdout=subprocess.DEVNULL)
     walls = {}
     if args.only != "concurrent":
-        walls["one after another"] = run_models(names, at_once=False)
+        walls["one after another"] = run_models(params, names, at_once=False)
         report(params, names, "one after another", walls["one after another"])
     if args.only != "sequential":
-        with mps_daemon(not args.no_mps):
-            walls["all at once"] = run_models(names, at_once=True)
-        report(params, names, "all at once" + ("" if args.no_mps else " (MPS)"), walls["all at once"])
+        walls["all at once"] = run_models(params, names, at_once=True)
+        report(params, names, "all at once (the base_models stage)", walls["all at once"])
     if len(walls) == 2:
         print(f"== one after another / all at once: {walls['one after another'] / walls['all at once']:.2f}x")
 
