@@ -82,11 +82,14 @@ class GenerationConfig:
     preallocated cache per batch size and length (rounded up to 64 tokens, so a few shapes recur) that the model keeps
     between iterations; on a GPU transformers then compiles the decoding step (torch.compile "reduce-overhead", CUDA
     graphs), which pays where a small model's generation is bound by kernel launches (the speed issue). Samples the
-    same tokens as "dynamic" up to float rounding (tests/test_rollout.py)."""
+    same tokens as "dynamic" up to float rounding (tests/test_rollout.py). "graph": a static cache too, and the whole
+    decoding step (processors, draw, stop bookkeeping and forward pass) as one compiled step, on a GPU one CUDA graph
+    replay per token (cory.decoding); samples the same tokens as "dynamic" (the same float rounding caveat on a GPU)."""
 
     def __post_init__(self) -> None:
         path = section_path("train.ppo.generation")
-        check(self.cache in ("dynamic", "static"), f"{path}.cache", f"must be dynamic or static, got {self.cache!r}")
+        check(self.cache in ("dynamic", "static", "graph"), f"{path}.cache",
+              f"must be dynamic, static or graph, got {self.cache!r}")
         lo, hi = self.response_length
         check(1 <= lo <= hi, f"{path}.response_length", f"need 1 <= min <= max, got {list(self.response_length)}")
         check(self.top_k >= 0, f"{path}.top_k", f"must be >= 0, got {self.top_k}")

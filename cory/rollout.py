@@ -178,6 +178,18 @@ def generate(
             warnings.warn(f"cory.rollout.generate: a prompt left its response too few of the model's {limit} positions;"
                           " prompts are cut to their last tokens", RuntimeWarning, stacklevel=2)
             input_ids, attention_mask = input_ids[:, -room:], attention_mask[:, -room:]
+        if gen.cache == "graph":
+            from cory.decoding import decoder_for
+
+            decoder = decoder_for(model, input_ids.shape[0], cache_length(model, input_ids.shape[1], max_new_tokens),
+                                  gen, tokenizer.pad_token_id, tokenizer.eos_token_id if gen.stop_at_eos else None,
+                                  compile_step=device.type == "cuda")
+            with autocast(device, mixed_precision):
+                response = decoder.sample(input_ids, attention_mask, max_new_tokens,
+                                          max_new_tokens if gen.suppress_eos else 0,
+                                          check_every=8 if device.type == "cuda" else 1)
+            chunks.append((input_ids, attention_mask, response))
+            continue
         cache = static_cache(model, input_ids.shape, max_new_tokens) if gen.cache == "static" else {}
         with autocast(device, mixed_precision):
             out = model.generate(
@@ -218,9 +230,7 @@ def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, mult
     from transformers import StaticCache
 
     config = model.config
-    limit = model_positions(model)
-    length = -(-(prompt_shape[1] + max_new_tokens) // multiple) * multiple
-    length = min(length, limit) if limit else length
+    length = cache_length(model, prompt_shape[1], max_new_tokens, multiple)
     caches = model.__dict__.setdefault("_cory_static_caches", {})  # plain attribute: not a submodule or state
     key = (prompt_shape[0], length)
     if key not in caches:
@@ -228,6 +238,14 @@ def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, mult
     else:
         caches[key].reset()
     return {"past_key_values": caches[key]}
+
+
+def cache_length(model, prompt_tokens: int, max_new_tokens: int, multiple: int = 64) -> int:
+    """A static cache's length: prompt + response rounded up to `multiple` (so that a few shapes recur), at most the
+    model's positions."""
+    limit = model_positions(model)
+    length = -(-(prompt_tokens + max_new_tokens) // multiple) * multiple
+    return min(length, limit) if limit else length
 
 
 def _pad_cat(tensors: list[torch.Tensor], value: int, left: bool) -> torch.Tensor:

@@ -1,0 +1,183 @@
+"""Sampling with the whole decoding step as one CUDA graph (`ppo.generation.cache: graph`).
+
+transformers' `generate` with a static cache compiles the model's forward pass of a decoding step, but everything
+around it runs eagerly, token by token: its input preparation, the logits processors, the sampling, the stopping
+criteria and a host sync per token to ask whether every row has finished. For the small models of the default
+profile that is most of an iteration: a math CORY iteration's 160 decoding steps spent 3.2 ms each on an H100, of
+which the compiled forward's kernels were 0.47 ms (scripts/bench_rl.py --profile).
+
+Here one compiled function does a whole step: the logits processors, the draw, the bookkeeping of finished rows and
+the forward pass of the drawn token into a static KV cache, all on buffers that keep their addresses between calls,
+so that on a GPU it is one CUDA graph replay (torch.compile "reduce-overhead"). The host asks whether every row has
+finished only every `check_every` steps.
+
+It samples what `generate` samples: the same processors in the same order (repetition penalty, which leaves the
+prompt's left padding out as transformers >= 5.23 does, where older versions penalised the pad token (GPT-2's EOS) in padded rows
+only; no EOS before `min_new_tokens`; temperature, top-k, top-p: transformers' own warper classes), the same draw (torch.multinomial's
+own algorithm for one sample, argmax(p / q) with q ~ Exp(1), which a graph can hold), finished rows continued with
+the pad token, and the output cut where `generate` would have stopped. On the CPU (eager, or compiled with
+inductor's `fallback_random`) the tokens are identical (tests/test_decoding.py); on a GPU the compiled forward's float
+rounding differs from the eager one's, as with the static cache of `generate`. When every row ends early, the steps
+run past that point draw random numbers `generate` would not have drawn, so later draws of the process differ.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+
+from cory.config import GenerationConfig
+
+
+class GraphDecoder:
+    """The static buffers and the compiled step for one model, batch size and cache length, kept on the model
+    between calls (`decoder_for`), so that the addresses a CUDA graph recorded stay valid."""
+
+    def __init__(self, model, batch_size: int, length: int, gen: GenerationConfig, pad_token_id: int,
+                 eos_token_id: int | None, compile_step: bool):
+        from transformers import StaticCache
+
+        self.model, self.length, self.gen = model, length, gen
+        device = next(model.parameters()).device
+        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        forward = inspect.signature(model.forward).parameters
+        self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"  # newer transformers name it "cache"
+        self.pass_cache_position = "cache_position" in forward  # older ones place a token by it
+        vocab = model.get_output_embeddings().out_features
+        long = dict(dtype=torch.long, device=device)
+        self.vocab = vocab
+        self.tokens = torch.zeros(batch_size, length, **long)  # the sequence so far; `vocab` at padding and after
+        self.valid = torch.zeros(batch_size, length, dtype=torch.bool, device=device)  # keys a query may attend to
+        self.logits = torch.zeros(batch_size, vocab, device=device)  # the last position's logits, fp32
+        self.position = torch.zeros(batch_size, 1, **long)  # the next token's position id (per row)
+        self.slot = torch.zeros(1, **long)  # the next token's cache slot (the same for every row)
+        self.step = torch.zeros((), **long)  # new tokens drawn so far
+        self.unfinished = torch.ones(batch_size, dtype=torch.bool, device=device)
+        self.steps_alive = torch.zeros((), **long)  # steps that began with a row unfinished: the output's width
+        self.eos = torch.zeros(vocab, dtype=torch.bool, device=device)
+        if eos_token_id is not None:
+            self.eos[eos_token_id] = True
+        self.pad = torch.tensor(pad_token_id, **long)
+        self.has_eos = eos_token_id is not None
+        self.stop_at_eos = gen.stop_at_eos and self.has_eos
+        self.min_new_tokens = torch.zeros((), **long)  # no EOS before this many new tokens (a tensor: set per call)
+        self.warpers = self._warpers()
+        for buffer in (self.tokens, self.valid, self.logits, self.position, self.slot, self.step, self.unfinished,
+                       self.steps_alive, self.min_new_tokens):
+            torch._dynamo.mark_static_address(buffer)
+        self.decode = self._compiled() if compile_step else self._step
+
+    def _warpers(self) -> list:
+        """transformers' sampling warpers, in `generate`'s order, for the settings that are not the identity."""
+        from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
+                                                            TopPLogitsWarper)
+
+        gen, warpers = self.gen, []
+        if gen.temperature != 1.0:
+            warpers.append(TemperatureLogitsWarper(gen.temperature))
+        if gen.top_k:
+            warpers.append(TopKLogitsWarper(top_k=gen.top_k))
+        if gen.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p=gen.top_p))
+        return warpers
+
+    def _compiled(self):
+        # Every decoder is a recompilation of the same function (other buffers, other settings): room for many.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        options = {"fallback_random": True}  # aten's random ops: the eager draws, and a graph-safe generator
+        if self.tokens.device.type == "cuda":
+            options["triton.cudagraphs"] = True  # torch.compile's "reduce-overhead"
+        return torch.compile(self._step, fullgraph=True, dynamic=False, options=options)
+
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def choose(self) -> torch.Tensor:
+        """Draw the next token of every row from `self.logits` and write it into the sequence (the first half of a
+        step, the whole of the last one). Returns the tokens (B,)."""
+        scores = self.logits
+        if self.gen.repetition_penalty != 1.0:
+            # transformers' RepetitionPenaltyLogitsProcessor on the tokens so far, without the prompt's padding (as
+            # `generate` does since transformers 5.23: its padding_lengths): those columns and the ones not yet
+            # drawn hold `vocab`, an extra score column that is dropped afterwards
+            padded = torch.nn.functional.pad(scores, (0, 1))
+            seen = torch.gather(padded, 1, self.tokens)
+            seen = torch.where(seen < 0, seen * self.gen.repetition_penalty, seen / self.gen.repetition_penalty)
+            scores = padded.scatter(1, self.tokens, seen)[:, : self.vocab]
+        if self.has_eos:  # MinNewTokensLengthLogitsProcessor (min_new_tokens 0: no effect)
+            scores = torch.where(self.eos & (self.step < self.min_new_tokens), -math.inf, scores)
+        for warper in self.warpers:
+            scores = warper(self.tokens, scores)
+        probs = torch.softmax(scores, dim=-1)
+        drawn = (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)  # torch.multinomial(probs, 1)
+        self.steps_alive.add_(self.unfinished.any().long())
+        tokens = torch.where(self.unfinished, drawn, self.pad)
+        if self.stop_at_eos:
+            self.unfinished.logical_and_(~self.eos[tokens])
+        self.tokens.index_copy_(1, self.slot, tokens[:, None])
+        self.valid.index_fill_(1, self.slot, True)
+        self.step.add_(1)
+        return tokens
+
+    def _step(self) -> None:
+        """A whole decoding step: draw the next tokens, then run them through the model into the cache."""
+        tokens = self.choose()
+        kwargs = {self.cache_kwarg: self.cache}
+        if self.pass_cache_position:
+            kwargs["cache_position"] = self.slot
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.valid[:, None, None, :],
+                         position_ids=self.position, use_cache=True, **kwargs)
+        self.logits.copy_(out.logits[:, -1])
+        self.position.add_(1)
+        self.slot.add_(1)
+
+    # ---------------------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+               min_new_tokens: int, check_every: int = 8) -> torch.Tensor:
+        """Responses (B, T) for left-padded prompts (B, P), T <= max_new_tokens where every row ended early."""
+        B, P = input_ids.shape
+        self.cache.reset()
+        self.tokens.fill_(self.vocab)
+        self.tokens[:, :P] = input_ids.masked_fill(attention_mask == 0, self.vocab)
+        self.valid.zero_()
+        self.valid[:, :P] = attention_mask.bool()
+        self.position.copy_(attention_mask.long().sum(1, keepdim=True))
+        self.slot.fill_(P)
+        self.step.zero_()
+        self.unfinished.fill_(True)
+        self.steps_alive.zero_()
+        self.min_new_tokens.fill_(min_new_tokens)
+        # the prompt: one eager forward pass, as `generate`'s prefill
+        kwargs = {self.cache_kwarg: self.cache}
+        if self.pass_cache_position:
+            kwargs["cache_position"] = torch.arange(P, device=input_ids.device)
+        positions = (attention_mask.long().cumsum(1) - 1).masked_fill(attention_mask == 0, 1)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **kwargs)
+        self.logits.copy_(out.logits[:, -1])
+        del out
+        for t in range(max_new_tokens - 1):
+            if t % check_every == check_every - 1 and not self.unfinished.any():
+                break
+            if self.tokens.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
+            self.decode()
+        else:
+            self.choose()  # the last token needs no forward pass
+        width = int(self.steps_alive)
+        return self.tokens[:, P : P + width].clone()
+
+
+def decoder_for(model, batch_size: int, length: int, gen: GenerationConfig, pad_token_id: int,
+                eos_token_id: int | None, compile_step: bool) -> GraphDecoder:
+    """The model's GraphDecoder for this batch size, cache length and these settings, made on first use and kept in
+    a plain attribute of the model (not a submodule: no state-dict entries)."""
+    decoders = model.__dict__.setdefault("_cory_graph_decoders", {})
+    key = (batch_size, length, gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, gen.stop_at_eos,
+           pad_token_id, eos_token_id, compile_step)
+    if key not in decoders:
+        decoders[key] = GraphDecoder(model, batch_size, length, gen, pad_token_id, eos_token_id, compile_step)
+    return decoders[key]

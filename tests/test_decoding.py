@@ -1,0 +1,100 @@
+"""cory.decoding: the whole decoding step as one compiled step samples exactly what transformers' `generate` samples."""
+
+import pytest
+import torch
+import transformers
+from packaging.version import Version
+
+from cory.config import GenerationConfig
+from cory.rollout import generate
+
+from tiny import tiny_lm, tiny_tokenizer
+
+# transformers < 5.23 penalised the prompt's left padding (the pad token) in `generate`; cory.decoding leaves it out, as
+# `generate` does since: there the two agree only without a repetition penalty.
+PADDING_PENALISED = Version(transformers.__version__) < Version("5.23")
+PENALTY = 1.0 if PADDING_PENALISED else 1.1
+
+PROMPTS = ["the movie", "a", "the film was very good and", "not", "good plot", "the"]
+
+
+def eos_prone_lm(strength: float):
+    """The tiny model with EOS (id 0) made likelier, so that rows end early (and at different steps): the final layer
+    norm's bias adds about `strength` to EOS's logit."""
+    lm = tiny_lm()
+    with torch.no_grad():
+        eos = lm.lm_head.weight[0]
+        lm.transformer.ln_f.bias += strength * eos / eos.norm() ** 2
+    return lm
+
+
+def samples(lm, gen: GenerationConfig, max_new_tokens: int, calls: int = 3, prompts=PROMPTS) -> list:
+    """Responses of `calls` consecutive calls from one seed (the later calls see the random state the earlier left)."""
+    torch.manual_seed(0)
+    rollouts = [generate(lm, tiny_tokenizer(), prompts, gen, max_new_tokens) for _ in range(calls)]
+    return [(r.response_ids.tolist(), r.response_mask.tolist(), r.responses) for r in rollouts]
+
+
+SETTINGS = {
+    "the profile's (penalty 1.1)": dict(repetition_penalty=1.1),
+    "no EOS (suppress_eos)": dict(repetition_penalty=1.1, suppress_eos=True),
+    "temperature, top-k, top-p": dict(repetition_penalty=1.2, temperature=0.7, top_k=5, top_p=0.9),
+    "no penalty, do not stop at EOS": dict(repetition_penalty=1.0, stop_at_eos=False),
+}
+
+
+@pytest.mark.parametrize("strength", [0.0, 2.0], ids=["rows run to the end", "rows end early"])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_graph_decoding_samples_what_generate_samples(setting, strength):
+    kwargs = SETTINGS[setting]
+    if PADDING_PENALISED and kwargs["repetition_penalty"] != 1.0:
+        pytest.skip(f"transformers {transformers.__version__} penalises the prompt's padding; cory.decoding does not")
+    lm = eos_prone_lm(strength)
+    dynamic = samples(lm, GenerationConfig(cache="dynamic", **kwargs), max_new_tokens=11)
+    graph = samples(lm, GenerationConfig(cache="graph", **kwargs), max_new_tokens=11)
+    assert graph == dynamic
+    if strength and "suppress_eos" not in kwargs and kwargs.get("stop_at_eos", True):
+        widths = {len(ids[0]) for ids, _, _ in dynamic}
+        assert widths != {11}  # the early end was exercised: every row finished before the last step
+
+
+def test_the_decoder_is_kept_per_batch_and_cache_length_and_reused_across_prompt_widths():
+    lm, tok = tiny_lm(), tiny_tokenizer()
+    gen = GenerationConfig(cache="graph")
+    for prompts, max_new in ((PROMPTS, 5), (["good"] * 6, 9), (PROMPTS[:3], 5)):
+        generate(lm, tok, prompts, gen, max_new)
+    lengths = sorted((key[0], key[1]) for key in lm._cory_graph_decoders)
+    assert lengths == [(3, 64), (6, 64)]  # prompt + response rounded up to 64; the model has 64 positions
+    assert "_cory_graph_decoders" not in dict(lm.named_modules()) and not any("decod" in k for k in lm.state_dict())
+
+
+def test_the_compiled_step_samples_what_generate_samples():
+    """On a GPU the step is compiled into a CUDA graph; here the same compilation runs on the CPU (inductor's default
+    mode), with EOS likely enough that rows end at different steps, over two calls that reuse the decoder."""
+    from torch._dynamo.utils import counters
+
+    from cory.decoding import decoder_for
+    from cory import decoding
+
+    lm, tok = eos_prone_lm(2.0), tiny_tokenizer()
+    gen = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
+    torch.manual_seed(0)
+    dynamic = [generate(lm, tok, PROMPTS, GenerationConfig(repetition_penalty=PENALTY), 9).response_ids.tolist()
+               for _ in range(2)]
+    counters.clear()
+    torch.manual_seed(0)
+    compiled = []
+    for _ in range(2):
+        enc = tok(PROMPTS, return_tensors="pt", padding=True)
+        decoder = decoder_for(lm, len(PROMPTS), 64, gen, tok.pad_token_id, tok.eos_token_id, compile_step=True)
+        compiled.append(decoder.sample(enc.input_ids, enc.attention_mask, 9, 0, check_every=1).tolist())
+    assert compiled == dynamic
+    assert counters["stats"]["unique_graphs"] >= 1  # the step did run compiled
+    assert isinstance(decoding.GraphDecoder, type)
+
+
+def test_generation_cache_names_the_choices():
+    from cory.config import ConfigError
+
+    with pytest.raises(ConfigError, match="dynamic, static or graph"):
+        GenerationConfig(cache="paged")
