@@ -1,0 +1,78 @@
+"""Benchmark: one sampling call of a run's pioneer, with each way of decoding, side by side in one process.
+
+    python -m scripts.bench_decode [--group math] [--run cory] [--calls 10] [--warmup 3]     (from the project root)
+
+Builds the profile's run on random weights of its shapes (as scripts/bench_rl.py does), formats its pioneer prompts
+(the batch of one iteration) and times `cory.rollout.generate` for its response length with
+`generate` and a dynamic cache, `generate` and a static cache (transformers compiles its forward pass), and
+`cache: graph` (cory.decoding, the whole step as one CUDA graph), printing seconds per call (after `--warmup` calls, which hold any compilation), the GPU-busy time of one profiled
+call (the sum of its kernels) and its kernel launches. Nothing is written. It needs a GPU to say anything useful.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+
+def main() -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from cory import rollout
+    from scripts.bench_rl import build
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--group", default="math")
+    parser.add_argument("--run", default="cory")
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, lm, tokenizer, _, queries, _ = build(args.group, args.run, Path(tmp))
+    gen = cfg.ppo.generation
+    k = cfg.ppo.samples_per_query  # the trainer samples each query k times: the batch of one iteration
+    prompts = [cfg.prompt_template.format(query=q) for q in queries for _ in range(k)]
+    max_new = gen.response_length[1]
+    device = next(lm.parameters()).device
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    print(f"bench_decode: {args.group}/{args.run} pioneer, {len(prompts)} prompts x {max_new} new tokens on "
+          f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}", flush=True)
+    for cache in ("dynamic", "static", "graph"):
+        label, config = f"cache: {cache}", replace(gen, cache=cache)
+
+        def call():
+            return rollout.generate(lm, tokenizer, prompts, config, max_new, mixed_precision=cfg.ppo.mixed_precision)
+
+        started = time.perf_counter()
+        for _ in range(args.warmup):
+            call()
+        sync()
+        warmup = time.perf_counter() - started
+        seconds = []
+        for _ in range(args.calls):
+            started = time.perf_counter()
+            out = call()
+            sync()
+            seconds.append(time.perf_counter() - started)
+        busy = ""
+        if device.type == "cuda":
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                call()
+                torch.cuda.synchronize()
+            kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+            busy = (f", GPU busy {sum(e.self_device_time_total for e in kernels) / 1e3:.1f} ms in "
+                    f"{sum(e.count for e in kernels)} launches")
+        print(f"[{label}] {statistics.mean(seconds):.4f} s per call (median {statistics.median(seconds):.4f}), "
+              f"{out.response_ids.shape[1]} tokens{busy}, warm-up {warmup:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
