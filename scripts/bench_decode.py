@@ -6,7 +6,7 @@ Builds the profile's run on random weights of its shapes (as scripts/bench_rl.py
 (the batch of one iteration) and times `cory.rollout.generate` for its response length with
 `generate` and a dynamic cache, `generate` and a static cache (transformers compiles its forward pass), and
 `cache: graph` (cory.decoding, the whole step as one CUDA graph), printing seconds per call (after `--warmup` calls, which hold any compilation), the GPU-busy time of one profiled
-call (the sum of its kernels) and its kernel launches. Nothing is written. It needs a GPU to say anything useful.
+call (the sum of its kernels) and its kernel launches (with --kernels N, the N busiest kernels). Nothing is written. It needs a GPU to say anything useful.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--run", default="cory")
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--kernels", type=int, default=0, help="also print the profiled call's N busiest kernels")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cfg, lm, tokenizer, _, queries, _ = build(args.group, args.run, Path(tmp))
@@ -70,6 +71,8 @@ def main() -> None:
             kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
             busy = (f", GPU busy {sum(e.self_device_time_total for e in kernels) / 1e3:.1f} ms in "
                     f"{sum(e.count for e in kernels)} launches")
+            for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[: args.kernels]:
+                print(f"    {e.self_device_time_total / 1e3:8.2f} ms {e.count:6d} x  {e.key[:110]}")
         print(f"[{label}] {statistics.mean(seconds):.4f} s per call (median {statistics.median(seconds):.4f}), "
               f"{out.response_ids.shape[1]} tokens{busy}, warm-up {warmup:.1f} s", flush=True)
 
