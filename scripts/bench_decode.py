@@ -63,7 +63,7 @@ def main() -> None:
             out = call()
             sync()
             seconds.append(time.perf_counter() - started)
-        busy = ""
+        busy, busiest = "", []
         if device.type == "cuda":
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 call()
@@ -71,10 +71,12 @@ def main() -> None:
             kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
             busy = (f", GPU busy {sum(e.self_device_time_total for e in kernels) / 1e3:.1f} ms in "
                     f"{sum(e.count for e in kernels)} launches")
-            for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[: args.kernels]:
-                print(f"    {e.self_device_time_total / 1e3:8.2f} ms {e.count:6d} x  {e.key[:110]}")
+            busiest = [f"    {e.self_device_time_total / 1e3:8.2f} ms {e.count:6d} x  {e.key[:110]}"
+                       for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[: args.kernels]]
         print(f"[{label}] {statistics.mean(seconds):.4f} s per call (median {statistics.median(seconds):.4f}), "
               f"{out.response_ids.shape[1]} tokens{busy}, warm-up {warmup:.1f} s", flush=True)
+        if busiest:
+            print("\n".join(busiest), flush=True)
 
 
 if __name__ == "__main__":
