@@ -23,10 +23,12 @@ run past that point draw random numbers `generate` would not have drawn, so late
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cory.config import GenerationConfig
 
@@ -68,6 +70,7 @@ class GraphDecoder:
                        self.steps_alive, self.min_new_tokens):
             torch._dynamo.mark_static_address(buffer)
         self.decode = self._compiled() if compile_step else self._step
+        self.attention = contextlib.nullcontext if device.type != "cuda" else decoding_attention
 
     def _warpers(self) -> list:
         """transformers' sampling warpers, in `generate`'s order, for the settings that are not the identity."""
@@ -159,16 +162,27 @@ class GraphDecoder:
                          logits_to_keep=1, **kwargs)
         self.logits.copy_(out.logits[:, -1])
         del out
-        for t in range(max_new_tokens - 1):
-            if t % check_every == check_every - 1 and not self.unfinished.any():
-                break
-            if self.tokens.device.type == "cuda":
-                torch.compiler.cudagraph_mark_step_begin()
-            self.decode()
-        else:
-            self.choose()  # the last token needs no forward pass
+        with self.attention():  # the same attention kernel whenever the step is traced, compiled or replayed
+            for t in range(max_new_tokens - 1):
+                if t % check_every == check_every - 1 and not self.unfinished.any():
+                    break
+                if self.tokens.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                self.decode()
+            else:
+                self.choose()  # the last token needs no forward pass
         width = int(self.steps_alive)
         return self.tokens[:, P : P + width].clone()
+
+
+def decoding_attention():
+    """The attention kernels of a GPU decoding step: cuDNN's first. The RL processes turn cuDNN attention off
+    (cory.rollout.configure_gpu_for_rl: its backward returns NaN gradients for some masked shapes), which leaves a
+    step's one query token to the memory-efficient kernel, whose 64-query tiles are 63/64 idle (45 us per call on an
+    H100 at the math runs' shape, against 22 us for cuDNN's, scripts/bench_decode.py --kernels). The step computes no
+    gradient, and its query always attends to itself (no fully masked row); the prompt's pass is not inside it."""
+    return sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                        SDPBackend.MATH], set_priority=True)
 
 
 def decoder_for(model, batch_size: int, length: int, gen: GenerationConfig, pad_token_id: int,

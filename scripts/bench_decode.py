@@ -40,6 +40,7 @@ def main() -> None:
     prompts = [cfg.prompt_template.format(query=q) for q in queries for _ in range(k)]
     max_new = gen.response_length[1]
     device = next(lm.parameters()).device
+    rollout.configure_gpu_for_rl(device)  # as the train stage's processes: no cuDNN attention outside the decoding step
 
     def sync():
         if device.type == "cuda":
@@ -74,7 +75,8 @@ def main() -> None:
             busiest = [f"    {e.self_device_time_total / 1e3:8.2f} ms {e.count:6d} x  {e.key[:110]}"
                        for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[: args.kernels]]
         print(f"[{label}] {statistics.mean(seconds):.4f} s per call (median {statistics.median(seconds):.4f}), "
-              f"{out.response_ids.shape[1]} tokens{busy}, warm-up {warmup:.1f} s", flush=True)
+              f"{out.response_ids.shape[1]} tokens ({out.response_ids.unique().numel()} distinct ids){busy}, "
+              f"warm-up {warmup:.1f} s", flush=True)
         if busiest:
             print("\n".join(busiest), flush=True)
 
