@@ -3,7 +3,7 @@
 transformers' `generate` with a static cache compiles the model's forward pass of a decoding step, but everything
 around it runs eagerly, token by token: its input preparation, the logits processors, the sampling, the stopping
 criteria and a host sync per token to ask whether every row has finished. For the small models of the default
-profile that is most of an iteration: a math CORY iteration's 160 decoding steps spent 3.2 ms each on an H100, of
+profile that is most of an iteration: a math CORY iteration's 158 decoding steps spent 3.2 ms each on an H100, of
 which the compiled forward's kernels were 0.47 ms (scripts/bench_rl.py --profile).
 
 Here one compiled function does a whole step: the logits processors, the draw, the bookkeeping of finished rows and
