@@ -181,8 +181,10 @@ def decoding_attention():
     step's one query token to the memory-efficient kernel, whose 64-query tiles are 63/64 idle (45 us per call on an
     H100 at the math runs' shape, against 22 us for cuDNN's, scripts/bench_decode.py --kernels). The step computes no
     gradient, and its query always attends to itself (no fully masked row); the prompt's pass is not inside it."""
-    return sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-                        SDPBackend.MATH], set_priority=True)
+    backends = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    if "set_priority" in inspect.signature(sdpa_kernel).parameters:  # torch >= 2.6: this order, cuDNN first
+        return sdpa_kernel(backends, set_priority=True)
+    return sdpa_kernel(backends)  # older torch: its own order among them
 
 
 def decoder_for(model, batch_size: int, length: int, gen: GenerationConfig, pad_token_id: int,
