@@ -98,3 +98,16 @@ def test_generation_cache_names_the_choices():
 
     with pytest.raises(ConfigError, match="dynamic, static or graph"):
         GenerationConfig(cache="paged")
+
+
+def test_a_gpu_decoding_step_may_use_cudnn_attention_which_the_rl_processes_turn_off_elsewhere():
+    from cory.decoding import decoding_attention
+
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)  # as configure_gpu_for_rl does on a GPU
+    try:
+        with decoding_attention():
+            assert torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert not torch.backends.cuda.cudnn_sdp_enabled()  # the update's backward never sees it
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
