@@ -88,7 +88,9 @@ class GraphDecoder:
 
     def _compiled(self):
         # Every decoder is a recompilation of the same function (other buffers, other settings): room for many.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        config = torch._dynamo.config
+        limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.6
+        setattr(config, limit, max(getattr(config, limit), 64))
         options = {"fallback_random": True}  # aten's random ops: the eager draws, and a graph-safe generator
         if self.tokens.device.type == "cuda":
             options["triton.cudagraphs"] = True  # torch.compile's "reduce-overhead"
