@@ -31,6 +31,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cory.config import GenerationConfig
+from cory.rollout import keep_on_model, position_ids
 
 
 class GraphDecoder:
@@ -43,13 +44,13 @@ class GraphDecoder:
 
         self.model, self.length, self.gen = model, length, gen
         device = next(model.parameters()).device
+        self.on_gpu = device.type == "cuda"
         self.cache = StaticCache(config=model.config, max_cache_len=length)
         forward = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"  # newer transformers name it "cache"
         self.pass_cache_position = "cache_position" in forward  # older ones place a token by it
-        vocab = model.get_output_embeddings().out_features
+        self.vocab = vocab = model.get_output_embeddings().out_features
         long = dict(dtype=torch.long, device=device)
-        self.vocab = vocab
         self.tokens = torch.zeros(batch_size, length, **long)  # the sequence so far; `vocab` at padding and after
         self.valid = torch.zeros(batch_size, length, dtype=torch.bool, device=device)  # keys a query may attend to
         self.logits = torch.zeros(batch_size, vocab, device=device)  # the last position's logits, fp32
@@ -70,7 +71,7 @@ class GraphDecoder:
                        self.steps_alive, self.min_new_tokens):
             torch._dynamo.mark_static_address(buffer)
         self.decode = self._compiled() if compile_step else self._step
-        self.attention = contextlib.nullcontext if device.type != "cuda" else decoding_attention
+        self.attention = decoding_attention if self.on_gpu else contextlib.nullcontext
 
     def _warpers(self) -> list:
         """transformers' sampling warpers, in `generate`'s order, for the settings that are not the identity."""
@@ -92,7 +93,7 @@ class GraphDecoder:
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.6
         setattr(config, limit, max(getattr(config, limit), 64))
         options = {"fallback_random": True}  # aten's random ops: the eager draws, and a graph-safe generator
-        if self.tokens.device.type == "cuda":
+        if self.on_gpu:
             options["triton.cudagraphs"] = True  # torch.compile's "reduce-overhead"
         return torch.compile(self._step, fullgraph=True, dynamic=False, options=options)
 
@@ -125,14 +126,18 @@ class GraphDecoder:
         self.step.add_(1)
         return tokens
 
+    def _cache_kwargs(self, slots: torch.Tensor) -> dict:
+        """The model's keyword arguments for writing the keys and values of `slots` into the cache."""
+        kwargs = {self.cache_kwarg: self.cache}
+        if self.pass_cache_position:
+            kwargs["cache_position"] = slots
+        return kwargs
+
     def _step(self) -> None:
         """A whole decoding step: draw the next tokens, then run them through the model into the cache."""
         tokens = self.choose()
-        kwargs = {self.cache_kwarg: self.cache}
-        if self.pass_cache_position:
-            kwargs["cache_position"] = self.slot
         out = self.model(input_ids=tokens[:, None], attention_mask=self.valid[:, None, None, :],
-                         position_ids=self.position, use_cache=True, **kwargs)
+                         position_ids=self.position, use_cache=True, **self._cache_kwargs(self.slot))
         self.logits.copy_(out.logits[:, -1])
         self.position.add_(1)
         self.slot.add_(1)
@@ -156,19 +161,16 @@ class GraphDecoder:
         self.steps_alive.zero_()
         self.min_new_tokens.fill_(min_new_tokens)
         # the prompt: one eager forward pass, as `generate`'s prefill
-        kwargs = {self.cache_kwarg: self.cache}
-        if self.pass_cache_position:
-            kwargs["cache_position"] = torch.arange(P, device=input_ids.device)
-        positions = (attention_mask.long().cumsum(1) - 1).masked_fill(attention_mask == 0, 1)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1, **kwargs)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                         use_cache=True, logits_to_keep=1,
+                         **self._cache_kwargs(torch.arange(P, device=input_ids.device)))
         self.logits.copy_(out.logits[:, -1])
         del out
         with self.attention():  # the same attention kernel whenever the step is traced, compiled or replayed
             for t in range(max_new_tokens - 1):
                 if t % check_every == check_every - 1 and not self.unfinished.any():
                     break
-                if self.tokens.device.type == "cuda":
+                if self.on_gpu:
                     torch.compiler.cudagraph_mark_step_begin()
                 self.decode()
             else:
@@ -193,9 +195,7 @@ def decoder_for(model, batch_size: int, length: int, gen: GenerationConfig, pad_
                 eos_token_id: int | None, compile_step: bool) -> GraphDecoder:
     """The model's GraphDecoder for this batch size, cache length and these settings, made on first use and kept in
     a plain attribute of the model (not a submodule: no state-dict entries)."""
-    decoders = model.__dict__.setdefault("_cory_graph_decoders", {})
     key = (batch_size, length, gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, gen.stop_at_eos,
            pad_token_id, eos_token_id, compile_step)
-    if key not in decoders:
-        decoders[key] = GraphDecoder(model, batch_size, length, gen, pad_token_id, eos_token_id, compile_step)
-    return decoders[key]
+    return keep_on_model(model, "_cory_graph_decoders", key, lambda: GraphDecoder(
+        model, batch_size, length, gen, pad_token_id, eos_token_id, compile_step))

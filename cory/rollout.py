@@ -229,15 +229,21 @@ def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, mult
     so that its tensors keep their addresses and a compiled decoding step (CUDA graphs) is replayed, not re-recorded."""
     from transformers import StaticCache
 
-    config = model.config
     length = cache_length(model, prompt_shape[1], max_new_tokens, multiple)
-    caches = model.__dict__.setdefault("_cory_static_caches", {})  # plain attribute: not a submodule or state
-    key = (prompt_shape[0], length)
-    if key not in caches:
-        caches[key] = StaticCache(config=config, max_cache_len=length)
-    else:
-        caches[key].reset()
-    return {"past_key_values": caches[key]}
+    cache = keep_on_model(model, "_cory_static_caches", (prompt_shape[0], length),
+                          lambda: StaticCache(config=model.config, max_cache_len=length))
+    cache.reset()  # a no-op on a new one
+    return {"past_key_values": cache}
+
+
+def keep_on_model(model, attribute: str, key, make):
+    """The object kept under `key` in the model's plain attribute `attribute` (a dict; not a submodule, so no
+    state-dict entries), made by `make()` on first use: per-shape caches and decoders that must keep their tensors'
+    addresses between calls."""
+    kept = model.__dict__.setdefault(attribute, {})
+    if key not in kept:
+        kept[key] = make()
+    return kept[key]
 
 
 def cache_length(model, prompt_tokens: int, max_new_tokens: int, multiple: int = 64) -> int:
