@@ -74,7 +74,6 @@ def test_the_compiled_step_samples_what_generate_samples():
     from torch._dynamo.utils import counters
 
     from cory.decoding import decoder_for
-    from cory import decoding
 
     lm, tok = eos_prone_lm(2.0), tiny_tokenizer()
     gen = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
@@ -90,7 +89,6 @@ def test_the_compiled_step_samples_what_generate_samples():
         compiled.append(decoder.sample(enc.input_ids, enc.attention_mask, 9, 0, check_every=1).tolist())
     assert compiled == dynamic
     assert counters["stats"]["unique_graphs"] >= 1  # the step did run compiled
-    assert isinstance(decoding.GraphDecoder, type)
 
 
 def test_generation_cache_names_the_choices():
