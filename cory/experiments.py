@@ -5,7 +5,9 @@ so the PPO baseline and every CORY variant differ only where params.yaml says th
 run end to end: load the base model and the task, train, and write the run folder:
 
     <run_dir>/history.csv     one row per iteration (metric keys: cory.metrics.GLOSSARY)
-    <run_dir>/summary.json    final values (mean over the last iterations), wall time, peak GPU memory
+    <run_dir>/summary.json    final values (mean over the last iterations), wall time, peak GPU memory,
+                              phase_seconds: this process's wall time by phase (setup, samples, iterations, probes,
+                              logging, checkpoints, save)
     <run_dir>/samples.jsonl   LLM1 alone on fixed queries before training (iteration -1) and after (iteration N),
                               and the generations of the first and the last training iteration
     <run_dir>/config.json     the resolved TrainConfig
@@ -270,7 +272,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     from cory.rewards import build_reward
     from cory.tokenizer import load_tokenizer
     from cory.tracking import provenance
-    from cory.trainer import Trainer
+    from cory.trainer import PhaseTimer, Trainer
 
     torch.manual_seed(job.seed)
     np.random.seed(job.seed)
@@ -278,21 +280,23 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     start = time.time()
+    phase = PhaseTimer(device)  # where this process's wall time went, in summary.json's phase_seconds
     run_dir = Path(job.run_dir)
     resume_dir = Path(job.checkpoint_dir or job.run_dir) / "resume"
-    queries, answers = load_queries(job.task.prompts)
-    tokenizer = load_tokenizer(job.model)
-    lm = load_lm(job.model, device, job.train.load_in_4bit)
-    if job.task.reward == "sentiment":
-        reward = build_reward("sentiment", model_name_or_path=job.task.reward_model, device=device)
-    else:
-        reward = build_reward("math")
-    trainer = Trainer(job.train, lm, tokenizer, reward, seed=job.seed)
-    writer = MetricsWriter(run_dir)
+    with phase("setup"):
+        queries, answers = load_queries(job.task.prompts)
+        tokenizer = load_tokenizer(job.model)
+        lm = load_lm(job.model, device, job.train.load_in_4bit)
+        if job.task.reward == "sentiment":
+            reward = build_reward("sentiment", model_name_or_path=job.task.reward_model, device=device)
+        else:
+            reward = build_reward("math")
+        trainer = Trainer(job.train, lm, tokenizer, reward, seed=job.seed)
+        writer = MetricsWriter(run_dir)
+        resumed = load_checkpoint(resume_dir, trainer)
     n_fixed = job.train.samples_to_log
     fixed = job.task.table_queries or queries[:n_fixed]
     fixed_answers = None if job.task.table_queries or answers is None else answers[:n_fixed]
-    resumed = load_checkpoint(resume_dir, trainer)
     if resumed is not None and resumed.get("fingerprint") != job.fingerprint:
         raise ValueError(f"{resume_dir}: the checkpoint belongs to another version of {job.name} (fingerprint "
                          f"{resumed.get('fingerprint')!r}, this run's {job.fingerprint!r}); delete it to start over")
@@ -301,7 +305,8 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
         (run_dir / "config.json").write_text(json.dumps(to_dict(job.train), indent=2) + "\n")
         (run_dir / "provenance.json").write_text(
             json.dumps({"run": job.name, "model": job.model, **provenance(device)}, indent=2) + "\n")
-        samples, first, spent = trainer.generate_alone(fixed, fixed_answers, iteration=-1), 0, 0.0
+        with phase("samples"):
+            samples, first, spent = trainer.generate_alone(fixed, fixed_answers, iteration=-1), 0, 0.0
     else:
         samples, first, spent = resumed["samples"], trainer.iteration, resumed["seconds"]
         for row in writer.resume(first):  # the history the checkpoint covers, and nothing after it
@@ -313,29 +318,36 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
         if it < first:
             continue  # drawn again, not trained: the batch sequence is the uninterrupted run's
         batch_answers = [answers[i] for i in idx] if answers is not None else None
-        metrics = trainer.step([queries[i] for i in idx], batch_answers)
+        with phase("iterations"):
+            metrics = trainer.step([queries[i] for i in idx], batch_answers)
         every = job.train.probe_every
         if every and (it % every == 0 or it == last):  # the same prompts every time (TrainConfig.probe_every)
             n = job.train.probe_queries
-            metrics.update(trainer.probe(queries[-n:], answers[-n:] if answers is not None else None))
-        writer.log(it, metrics)
-        if tracker is not None and (it % log_every == 0 or it == last):
-            tracker.log_metrics(metrics, step=it)
+            with phase("probes"):
+                metrics.update(trainer.probe(queries[-n:], answers[-n:] if answers is not None else None))
+        with phase("logging"):
+            writer.log(it, metrics)
+            if tracker is not None and (it % log_every == 0 or it == last):
+                tracker.log_metrics(metrics, step=it)
         if it in (0, last):
             samples += trainer.last_samples
         if checkpoint_every and (it + 1) % checkpoint_every == 0 and it < last:
-            save_checkpoint(resume_dir, trainer, {"fingerprint": job.fingerprint, "samples": samples,
-                                                  "seconds": spent + time.time() - start})
-    samples += trainer.generate_alone(fixed, fixed_answers, iteration=job.train.iterations)
-    writer.samples(samples)
-    if job.save_models:
-        for agent in trainer.agents:
-            agent.save(Path(job.checkpoint_dir or run_dir) / agent.name, tokenizer)
+            with phase("checkpoints"):
+                save_checkpoint(resume_dir, trainer, {"fingerprint": job.fingerprint, "samples": samples,
+                                                      "seconds": spent + time.time() - start})
+    with phase("samples"):
+        samples += trainer.generate_alone(fixed, fixed_answers, iteration=job.train.iterations)
+    with phase("save"):
+        writer.samples(samples)
+        if job.save_models:
+            for agent in trainer.agents:
+                agent.save(Path(job.checkpoint_dir or run_dir) / agent.name, tokenizer)
     # Peak GPU memory this run's tensors held (one process; the train stage runs runtime.workers of them at once).
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
     summary = writer.summary(last_n=min(10, job.train.iterations), wall_time_s=spent + time.time() - start,
                              peak_gpu_memory_gib=peak, run=job.name, algorithm=job.algorithm, seed=job.seed,
-                             fingerprint=job.fingerprint, resumed_after=None if resumed is None else first - 1)
+                             fingerprint=job.fingerprint, resumed_after=None if resumed is None else first - 1,
+                             phase_seconds={name: round(seconds, 2) for name, seconds in phase.totals.items()})
     shutil.rmtree(resume_dir, ignore_errors=True)  # summary.json marks the run complete: nothing left to resume
     if tracker is not None:
         tracker.log_samples(run_dir / "samples.jsonl", job.train.iterations)

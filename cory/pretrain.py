@@ -202,6 +202,7 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
     prepared = time.perf_counter()
 
     history, running, eval_seconds, last_eval = [], torch.zeros((), device=device), 0.0, 0
+    first_step_seconds = None
     for step in range(1, steps + 1):
         starts = torch.randint(0, len(train_stream) - cfg.seq_len, (rows, 1), device=device, generator=sampler)
         window = train_stream[starts + offsets]  # (rows, T+1)
@@ -211,6 +212,9 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
             loss.backward()
             running += loss.detach()  # stays on the device: no per-step sync
         _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
+        if step == 1:  # the first step holds any compilation (one sync, to time it)
+            _sync(device)
+            first_step_seconds = time.perf_counter() - prepared
 
         if step % cfg.eval_every == 0 or step == steps:
             eval_started = time.perf_counter()
@@ -241,6 +245,9 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
         "val_perplexity": math.exp(history[-1]["val_loss"]),
         "tokens_per_second": steps * cfg.batch_tokens / train_seconds,
         "train_seconds": train_seconds,
+        "prepare_seconds": prepared - started,  # tokenizing and packing the corpus, the model to the device
+        "first_step_seconds": first_step_seconds,  # in train_seconds: compilation, if any, happens here
+        "eval_seconds": eval_seconds,
         "total_seconds": time.perf_counter() - started,
         "history": history,
     }

@@ -63,7 +63,7 @@ class Trainer:
     def step(self, queries: Sequence[str], answers: Sequence[str] | None = None) -> dict[str, float]:
         """One iteration of Algorithm 1 on a batch of distinct task queries (ppo.queries_per_batch of them); returns
         the metrics (see cory.metrics). Each query is answered ppo.samples_per_query times, in consecutive rows."""
-        cfg, timer = self.cfg, _Timer(self.agents[0].device)
+        cfg, timer = self.cfg, PhaseTimer(self.agents[0].device)
         k = cfg.ppo.samples_per_query
         queries = [q for q in queries for _ in range(k)]
         answers = None if answers is None else [a for a in answers for _ in range(k)]
@@ -226,7 +226,7 @@ class Trainer:
         return rows
 
 
-class _Timer:
+class PhaseTimer:
     """Wall-clock seconds per phase; synchronises the GPU so asynchronous kernels are charged to their phase."""
 
     def __init__(self, device: torch.device):

@@ -28,6 +28,7 @@ import json
 import os
 import random
 import sys
+import time
 
 import torch
 import transformers
@@ -109,7 +110,9 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str,
         tokenizer = load_pretrained(load_tokenizer, cfg.source, setting)
         result = {"params": count_parameters(model)}
     model_dir = out_dir(params, "models", name)
+    started = time.perf_counter()
     save_model(model, tokenizer, model_dir)
+    result["save_seconds"] = time.perf_counter() - started
 
     history = result.pop("history", [])
     metrics = dict(result)
@@ -124,7 +127,9 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str,
         "fingerprint": digest,
     }
     write_json(model_dir / "training.json", record)
+    started = time.perf_counter()
     continuations = sample_texts(model, tokenizer, prompts, cfg.sample_tokens, device, cfg.pretrain.seed) if prompts else []
+    metrics["sample_seconds"] = time.perf_counter() - started
     samples = [{"prompt": p, "continuation": c} for p, c in zip(prompts, continuations)]
     return metrics, record, samples
 

@@ -198,7 +198,8 @@ def run_job(
         identity=run_identity(job.name, (tasks or {}).get(job.group), job.model),
     ) as tracker:
         summary = run_training(job, device(), tracker, log_every, checkpoint_every)
-    print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s, "
+    phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in summary["phase_seconds"].items())
+    print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s ({phases}), "
           f"llm1 task reward {summary['final'].get('llm1/task_reward', float('nan')):.3f}, "
           f"KL {summary['final'].get('llm1/kl', float('nan')):.2f}", flush=True)
     return summary

@@ -65,7 +65,10 @@ def history(run_dir) -> list[dict]:
 def test_a_killed_run_resumes_to_the_uninterrupted_history(task, tmp_path, monkeypatch, n_agents):
     torch.set_num_threads(1)
     whole = job(task, tmp_path / "whole", n_agents)
-    run_training(whole, "cpu", checkpoint_every=2)
+    phases = run_training(whole, "cpu", checkpoint_every=2)["phase_seconds"]
+    # where the wall time went: every phase this run had (no probe, no MLflow tracker), none negative
+    assert set(phases) == {"setup", "samples", "iterations", "logging", "checkpoints", "save"}
+    assert all(seconds >= 0 for seconds in phases.values()) and phases["iterations"] > 0
 
     killed = job(task, tmp_path / "killed", n_agents)
     with killed_on_step(monkeypatch, 6):  # iterations 0-4 done, the checkpoint after iteration 3 in force
