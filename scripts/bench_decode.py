@@ -5,7 +5,7 @@
 Builds the profile's run on random weights of its shapes (as scripts/bench_rl.py does), formats its pioneer prompts
 (the batch of one iteration) and times `cory.rollout.generate` for its response length with
 `generate` and a dynamic cache, `generate` and a static cache (transformers compiles its forward pass), and
-`cache: graph` (cory.decoding, the whole step as one CUDA graph; once more without its cuDNN attention preference), printing seconds per call (after `--warmup` calls, which hold any compilation), the GPU-busy time of one profiled
+`cache: graph` (cory.decoding, the whole step as one CUDA graph) with and without its cuDNN attention preference, printing seconds per call (after `--warmup` calls, which hold any compilation), the GPU-busy time of one profiled
 call (the sum of its kernels) and its kernel launches (with --kernels N, the N busiest kernels). Nothing is written. It needs a GPU to say anything useful.
 """
 
@@ -48,14 +48,20 @@ def main() -> None:
             torch.cuda.synchronize()
     print(f"bench_decode: {args.group}/{args.run} pioneer, {len(prompts)} prompts x {max_new} new tokens on "
           f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}", flush=True)
-    # the last row: the graph step with the attention kernel the RL processes choose elsewhere (cuDNN's turned off,
-    # cory.rollout.configure_gpu_for_rl), i.e. without cory.decoding.decoding_attention, for the side-by-side figure
-    rows = [("dynamic", True), ("static", True), ("graph", True), ("graph", False)]
-    for cache, prefer_cudnn in rows:
-        label, config = f"cache: {cache}" + ("" if prefer_cudnn else ", default attention"), replace(gen, cache=cache)
-        if not prefer_cudnn:
+    # The graph rows: with cory.decoding.decoding_attention (cuDNN's kernel inside the decoding loop), without it (the
+    # kernel the RL processes choose elsewhere, cuDNN's turned off by cory.rollout.configure_gpu_for_rl), and with it
+    # again (an order effect shows as a difference between the first and the last). Each graph row compiles its own
+    # step: torch.compile would otherwise reuse the first row's graph, with the first row's attention kernel in it.
+    prefer_cudnn = decoding.decoding_attention
+    rows = [("dynamic", None), ("static", None), ("graph", prefer_cudnn), ("graph", contextlib.nullcontext),
+            ("graph", prefer_cudnn)]
+    for cache, attention in rows:
+        label, config = f"cache: {cache}", replace(gen, cache=cache)
+        if attention is not None:
+            label += ", cuDNN attention" if attention is prefer_cudnn else ", default attention"
             lm.__dict__.pop("_cory_graph_decoders", None)  # decoders are kept per shape: build new ones
-            decoding.decoding_attention = contextlib.nullcontext
+            torch._dynamo.reset()  # and compile the step again
+            decoding.decoding_attention = attention
 
         def call():
             return rollout.generate(lm, tokenizer, prompts, config, max_new, mixed_precision=cfg.ppo.mixed_precision)
