@@ -23,6 +23,24 @@ def test_visible_gpus_follow_cuda_visible_devices(monkeypatch, listed, expected)
     assert sharing.visible_gpus() == expected
 
 
+@pytest.mark.parametrize("workers, share, parallel", [(3, 5, "true"), (12, 1, "false"), (32, 1, "false")])
+def test_each_worker_gets_its_share_of_the_cores(monkeypatch, workers, share, parallel):
+    """torch's threads, the tokenizer's pool (off at one core) and torch.compile's workers: 16 cores / workers."""
+    import torch
+
+    monkeypatch.setattr(sharing.os, "sched_getaffinity", lambda pid: set(range(16)))
+    for name in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
+        monkeypatch.delenv(name, raising=False)  # and restored afterwards
+    threads = torch.get_num_threads()
+    try:
+        sharing.share_cpus(workers)
+        assert torch.get_num_threads() == share
+    finally:
+        torch.set_num_threads(threads)
+    assert os.environ["TOKENIZERS_PARALLELISM"] == parallel
+    assert os.environ["RAYON_NUM_THREADS"] == os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == str(share)
+
+
 @pytest.mark.parametrize("gpus", [["2"], ["2", "3"], ["GPU-a1", "GPU-b2"], ["0", "1"]])
 def test_under_mps_workers_name_their_gpu_within_the_daemons_set(gpus):
     # the daemon sees the stage's GPUs as 0..n-1; a worker asking MPS for "2" of a one-GPU set hangs
