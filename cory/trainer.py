@@ -188,7 +188,9 @@ class Trainer:
     def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int, dropout: bool = False) -> Rollout:
         ppo_cfg = self.cfg.ppo
         agent.activate()
-        return generate(agent.lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
+        # at most a training batch at a time, and at a training batch's shape (see generate): the logged samples and
+        # the probe reuse the decoding step the training batches compiled
+        return generate(agent.lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens, ppo_cfg.batch_size,
                         mixed_precision=ppo_cfg.mixed_precision, dropout=dropout)
 
     def _role_metrics(

@@ -68,6 +68,24 @@ def test_the_decoder_is_kept_per_batch_and_cache_length_and_reused_across_prompt
     assert "_cory_graph_decoders" not in dict(lm.named_modules()) and not any("decod" in k for k in lm.state_dict())
 
 
+@pytest.mark.parametrize("cache", ["graph", "static"])
+def test_short_chunks_are_sampled_at_the_batch_size_with_copies_of_their_last_prompt(cache):
+    """With a per-shape cache, `batch_size` is the one batch shape: 3 prompts (or the last 3 of 11) sample exactly what
+    the first 3 of the 8-row batch padded by hand sample, and only the 8-row decoder (or cache) is made."""
+    lm, tok = eos_prone_lm(2.0), tiny_tokenizer()
+    gen = GenerationConfig(cache=cache, repetition_penalty=PENALTY)
+    for prompts in (PROMPTS[:3], PROMPTS + PROMPTS[:5]):
+        torch.manual_seed(0)
+        padded = generate(lm, tok, prompts, gen, 6, batch_size=8)
+        torch.manual_seed(0)
+        chunks = [prompts[i : i + 8] for i in range(0, len(prompts), 8)]
+        by_hand = [generate(lm, tok, chunk + [chunk[-1]] * (8 - len(chunk)), gen, 6) for chunk in chunks]
+        assert len(padded.responses) == len(prompts)
+        assert padded.responses == [r for chunk, out in zip(chunks, by_hand) for r in out.responses[: len(chunk)]]
+    kept = lm._cory_graph_decoders if cache == "graph" else lm._cory_static_caches
+    assert {key[0] for key in kept} == {8}
+
+
 def test_the_compiled_step_samples_what_generate_samples():
     """On a GPU the step is compiled into a CUDA graph; here the same compilation runs on the CPU (inductor's default
     mode), with EOS likely enough that rows end at different steps, over two calls that reuse the decoder."""
