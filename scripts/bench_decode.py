@@ -51,7 +51,9 @@ def main() -> None:
     # The graph rows: with cory.decoding.decoding_attention (cuDNN's kernel inside the decoding loop), without it (the
     # kernel the RL processes choose elsewhere, cuDNN's turned off by cory.rollout.configure_gpu_for_rl), and with it
     # again (an order effect shows as a difference between the first and the last). Each graph row compiles its own
-    # step: torch.compile would otherwise reuse the first row's graph, with the first row's attention kernel in it.
+    # step, without torch.compile's caches: their keys leave the attention backend out (pytorch/pytorch#185449), so a
+    # row would get an earlier row's compiled step, kernel and all (in an H100 call of commit c31137c, with the caches
+    # on, the row without the preference ran cuDNN's kernel too).
     prefer_cudnn = decoding.decoding_attention
     rows = [("dynamic", None), ("static", None), ("graph", prefer_cudnn), ("graph", contextlib.nullcontext),
             ("graph", prefer_cudnn)]
@@ -60,7 +62,8 @@ def main() -> None:
         if attention is not None:
             label += ", cuDNN attention" if attention is prefer_cudnn else ", default attention"
             lm.__dict__.pop("_cory_graph_decoders", None)  # decoders are kept per shape: build new ones
-            torch._dynamo.reset()  # and compile the step again
+            torch._dynamo.reset()  # and compile the step again, from nothing
+            torch._inductor.config.force_disable_caches = True
             decoding.decoding_attention = attention
 
         def call():
