@@ -258,7 +258,8 @@ def time_table(timings: list[dict]) -> list[str]:
     """Each stage's seconds, minutes and share of the stages' total (the report stage left out: it is still running
     when it writes this), with its peak host and GPU memory (the stage process's own: a worker's GPU memory is in the
     runs' table). Where every stage recorded its clock times, two more rows: the time between the stages (DVC's
-    hashing and caching, each stage's process start and imports) and the span from the first start to the last end."""
+    hashing and caching, each stage's process start and imports; split in two where the stages also recorded when
+    their processes started) and the span from the first start to the last end."""
     timings = [t for t in timings if t.get("stage") != "report"]
     if not timings:
         return ["(no stage timing files were found)"]
@@ -269,7 +270,16 @@ def time_table(timings: list[dict]) -> list[str]:
     row = lambda name, seconds, *rest: [name, f"{seconds:.1f}", f"{seconds / 60:.2f}", f"{seconds / span:.0%}", *rest]  # noqa: E731
     rows = [row(t["stage"], t["seconds"], memory(t, "peak_rss_gib"), memory(t, "peak_gpu_gib")) for t in timings]
     if clocked:
-        rows += [row("*between the stages*", span - total), row("**first start to last end**", span)]
+        rows += [row("*between the stages*", span - total)]
+        first = min(timings, key=lambda t: t["started_at"])
+        later = [t for t in timings if t is not first]
+        if later and all(t.get("process_started_at") is not None for t in later):
+            # each later stage's process before its timer started, inside the span; the rest is DVC's (hashing and
+            # caching outputs, checking the next stage) and each process's exit
+            start_up = sum(t["started_at"] - t["process_started_at"] for t in later)
+            rows += [row("&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", start_up),
+                     row("&nbsp;&nbsp;*of which DVC and the processes' exit*", span - total - start_up)]
+        rows += [row("**first start to last end**", span)]
     else:
         rows += [row("**total**", total)]
     return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)", "peak GPU memory (GiB)"], rows)

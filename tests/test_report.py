@@ -529,3 +529,15 @@ def test_time_table_shows_the_time_between_the_stages_when_they_recorded_their_c
     rows = [[cell.strip() for cell in line.split("|")[1:5]] for line in time_table(timings)[2:]]
     assert rows == [["train", "300.0", "5.00", "67%"], ["evaluate", "100.0", "1.67", "22%"],
                     ["*between the stages*", "50.0", "0.83", "11%"], ["**first start to last end**", "450.0", "7.50", "100%"]]
+
+
+def test_time_table_splits_the_time_between_the_stages_where_the_processes_recorded_their_start():
+    timings = [{"stage": "train", "seconds": 300.0, "started_at": 1000.0, "finished_at": 1300.0,
+                "process_started_at": 990.0},  # before the span: in no row
+               {"stage": "evaluate", "seconds": 100.0, "started_at": 1350.0, "finished_at": 1450.0,
+                "process_started_at": 1338.0}]
+    rows = [[cell.strip() for cell in line.split("|")[1:3]] for line in time_table(timings)[2:]]
+    assert rows[2:] == [["*between the stages*", "50.0"],
+                        ["&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", "12.0"],
+                        ["&nbsp;&nbsp;*of which DVC and the processes' exit*", "38.0"],
+                        ["**first start to last end**", "450.0"]]
