@@ -46,8 +46,8 @@ from cory.roles import TABLE3_QUERIES
 from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
 from cory.tracking import open_store, provenance, start_run
 from pipeline.common import (
-    code_digest, content_digest, device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section,
-    stage_timer, write_json,
+    code_digest, content_digest, device, load_params, out_dir, process_started_at, profile, read_jsonl, require_device,
+    run_stage, section, stage_timer, write_json,
 )
 from pipeline.gpus import error_line, gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
 from pipeline.params import SCRATCH, BaseModelConfig, RuntimeConfig
@@ -161,6 +161,7 @@ def is_current(name: str, params: dict, digest: str) -> bool:
 def train_one(name: str, digest: str, params: dict) -> dict:
     """Train (or load) base model `name` under its MLflow run and write its outputs; returns its metrics. Runs in a
     worker process of its own when the models train at once."""
+    entered, process_started = time.time(), process_started_at()
     cfg = section(params, f"base_models.{name}", BaseModelConfig)
     cuda = device() == "cuda"
     if cuda:
@@ -172,6 +173,9 @@ def train_one(name: str, digest: str, params: dict) -> dict:
         for row in record["history"]:
             tracker.log_metrics({"train_loss": row["train_loss"], "val_loss": row["val_loss"]}, step=row["step"])
         tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
+    # the whole of this model's work (MLflow included), and the Python start and imports of its process before it
+    metrics["seconds"] = time.time() - entered
+    metrics["process_start_seconds"] = None if process_started is None else entered - process_started
     write_json(out_dir(params, "metrics", "base_models", f"{name}.json"), metrics)
     write_json(out_dir(params, "samples", "base_models", f"{name}.json"), samples)
     lines = [f"base_model@{name}: {metrics}"] + [f"  {s['prompt']!r} -> {s['continuation']!r}" for s in samples[:4]]

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,8 +117,10 @@ def mps_daemon(enabled: bool, who: str = "train"):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        if quit_mps_daemon(control, daemon_env):
+        started = time.perf_counter()
+        if quit_mps_daemon(control, daemon_env):  # how long it took is said: it counts in the stage's time
             shutil.rmtree(tmp, ignore_errors=True)
+            print(f"[{who}] runtime.mps: the MPS daemon quit in {time.perf_counter() - started:.1f} s", flush=True)
         else:
             print(f"[{who}] runtime.mps: the MPS daemon did not quit; left running ({tmp}), the next stage that "
                   "starts one quits it", flush=True)

@@ -211,6 +211,10 @@ def test_base_model_stage_writes_a_loadable_model_metrics_and_samples(project):
     small = section(project, "base_models.imdb_small", BaseModelConfig)
     metrics, record, samples = build_base_model("imdb_small", small, project, "cpu")
     assert metrics["steps"] == 4 and metrics["val_perplexity"] > 1 and "param_ratio" not in metrics
+    # where its time went: the parts are inside the whole, and the whole is inside the function's own wall time
+    parts = [metrics[k] for k in ("prepare_seconds", "first_step_seconds", "eval_seconds")]
+    assert all(part >= 0 for part in parts) and sum(parts) <= metrics["total_seconds"]
+    assert metrics["save_seconds"] >= 0 and metrics["sample_seconds"] >= 0
     assert [row["step"] for row in record["history"]] == [2, 4]
     assert [s["prompt"] for s in samples] == ["This is one of Jackies", "I find it hard to believe"]
     model_dir = out_dir(project, "models", "imdb_small")

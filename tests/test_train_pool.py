@@ -107,13 +107,14 @@ def fake_mps_control(tmp_path, monkeypatch, exit_code=0, quit_hangs=False):
     return log
 
 
-def test_mps_daemon_runs_for_the_block_and_its_pipe_folder_reaches_the_workers(tmp_path, monkeypatch):
+def test_mps_daemon_runs_for_the_block_and_its_pipe_folder_reaches_the_workers(tmp_path, monkeypatch, capsys):
     log = fake_mps_control(tmp_path, monkeypatch)
     with sharing.mps_daemon(True) as running:
         assert running
         pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]  # what spawned workers inherit
         assert Path(pipe).is_dir() and log.read_text().split() == ["start", pipe]
     assert log.read_text().splitlines() == [f"start {pipe}", f"quit -t 10 {pipe}"]  # stopped after, through the same pipe
+    assert "[train] runtime.mps: the MPS daemon quit in " in capsys.readouterr().out  # in the stage's time: said
     assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ and not Path(pipe).exists()
 
 
