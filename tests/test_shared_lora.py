@@ -374,3 +374,34 @@ def test_a_killed_lora_cory_run_resumes_to_the_uninterrupted_history(task, tmp_p
 def test_compile_is_for_full_fine_tuning():
     with pytest.raises(ConfigError, match=r"^train\.ppo\.compile: compiles full fine-tuning only"):
         TrainConfig(lora_rank=16, ppo=PPOConfig(compile=True))
+
+
+def test_the_compiled_decoding_step_follows_the_active_adapter():
+    """`ppo.generation.cache: graph` on the shared LoRA model: one decoder serves both agents (it is kept per model and
+    shape), and its compiled step (inductor on the CPU, a CUDA graph on a GPU) samples with whichever adapter is active,
+    call after call, exactly what `generate` samples with it."""
+    from cory.config import GenerationConfig
+    from cory.decoding import decoder_for
+
+    trainer = lora_trainer()
+    randomise_adapters(trainer)
+    tok, lm = tiny_tokenizer(), trainer.agents[0].lm
+    lm.eval()
+    prompts = ["the movie", "a film was", "good plot", "not"]
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    gen = GenerationConfig(cache="graph", repetition_penalty=1.0)
+    order = [0, 1, 0, 1]  # the agents by turns, as pioneer and observer
+    torch.manual_seed(0)
+    expected = []
+    for i in order:
+        trainer.agents[i].activate()
+        expected.append(generate(lm, tok, prompts, GenerationConfig(repetition_penalty=1.0), 7).response_ids.tolist())
+    assert expected[0] != expected[1]  # the two adapters sample differently: the check below can tell them apart
+    torch.manual_seed(0)
+    sampled = []
+    for i in order:
+        trainer.agents[i].activate()
+        decoder = decoder_for(lm, len(prompts), 64, gen, tok.pad_token_id, tok.eos_token_id, compile_step=True)
+        sampled.append(decoder.sample(enc.input_ids, enc.attention_mask, 7, 0, check_every=1).tolist())
+    assert sampled == expected
+    assert len(lm._cory_graph_decoders) == 1
