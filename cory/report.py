@@ -319,12 +319,34 @@ def setup_markdown(inputs: Inputs) -> list[str]:
               "is in no row):", ""]
     lines += time_table(inputs.timings)
     lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
-              "runtime.workers of them at once on each GPU it sees):", ""]
+              "runtime.workers of them at once on each GPU it sees), and where the time went (its `phase_seconds`, "
+              "mean over the seeds that recorded it: the training iterations; LLM1's logged samples and probes; the "
+              "resume checkpoints; the rest: loading the models, logging, saving):", ""]
     swept = [by_eta for sweep in inputs.sweeps.values() for by_eta in sweep.runs.values()]
     every_run = [run for group in (*inputs.runs.values(), *swept) for run in group.values()]
-    rows = [[run.name, mean_std(list(run.wall_time_s.values()))[0], mean_std(list(run.peak_gpu_memory_gib.values()))[0]]
-            for run in every_run]
-    return lines + _table(["run", "seconds", "peak GPU memory (GiB)"], rows) + [""]
+    rows = [[run.name, mean_std(list(run.wall_time_s.values()))[0], phase_split(run),
+             mean_std(list(run.peak_gpu_memory_gib.values()))[0]] for run in every_run]
+    header = ["run", "seconds", "iterations / samples and probes / checkpoints / rest (s)", "peak GPU memory (GiB)"]
+    return lines + _table(header, rows) + [""]
+
+
+PHASE_COLUMNS = {"iterations": ("iterations",), "samples and probes": ("samples", "probes"),
+                 "checkpoints": ("checkpoints",)}
+"""The report's split of a run's phase_seconds (cory.experiments.run_training); every other phase is "rest"."""
+
+
+def phase_split(run: Run) -> str:
+    """"iterations / samples and probes / checkpoints / rest" in seconds, each the mean over the seeds that recorded
+    phases; "-" for a run without any (written before they were recorded)."""
+    if not run.phase_seconds:
+        return "-"
+    listed = {name for names in PHASE_COLUMNS.values() for name in names}
+
+    def mean(keep) -> float:  # over the seeds, of the phases `keep` selects
+        return float(np.mean([sum(v for name, v in phases.items() if keep(name)) for phases in run.phase_seconds.values()]))
+
+    parts = [mean(lambda name, names=names: name in names) for names in PHASE_COLUMNS.values()]
+    return " / ".join(f"{x:.1f}" for x in (*parts, mean(lambda name: name not in listed)))
 
 
 def deviations_markdown(cfg: ReportConfig) -> list[str]:

@@ -106,6 +106,8 @@ class Run:
     wall_time_s: dict[int, float]
     peak_gpu_memory_gib: dict[int, float] = field(default_factory=dict)
     """seed -> peak GPU memory of its process (NaN on CPU or in runs written before it was recorded)."""
+    phase_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
+    """seed -> its process's wall time by phase (summary.json; seeds written before it was recorded are left out)."""
 
     @property
     def seeds(self) -> list[int]:
@@ -132,7 +134,7 @@ def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
         seeds = sorted(int(p.name[4:]) for p in run_dir.glob("seed*") if p.name[4:].isdigit())
         if not seeds:
             raise FileNotFoundError(f"{run_dir}: no seed<k>/ folders")
-    histories, wall, memory, config, samples = {}, {}, {}, {}, []
+    histories, wall, memory, phases, config, samples = {}, {}, {}, {}, {}, []
     for seed in seeds:
         folder = run_dir / f"seed{seed}"
         for name in ("history.csv", "summary.json", "config.json", "samples.jsonl"):
@@ -142,11 +144,13 @@ def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
         summary = json.loads((folder / "summary.json").read_text())
         wall[seed] = float(summary.get("wall_time_s", math.nan))
         memory[seed] = float(summary.get("peak_gpu_memory_gib") or math.nan)
+        if summary.get("phase_seconds"):
+            phases[seed] = {name: float(seconds) for name, seconds in summary["phase_seconds"].items()}
         if not config:  # seeds differ only in `seed`: the first one's config stands for the run
             config = json.loads((folder / "config.json").read_text())
             samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line]
     name = "/".join(run_dir.parts[-2:])
-    return Run(name, histories, config, samples, wall, memory)
+    return Run(name, histories, config, samples, wall, memory, phases)
 
 
 def _group_dir(runs_dir: Path, group: str) -> Path:

@@ -75,8 +75,9 @@ def _write_run(run_dir, identities, iterations, seed, coef=1.0, swap_every=None,
             row["swap"] = 1.0
         writer.log(it, row)
     writer.samples(samples)
+    phases = {"setup": 1.0, "samples": 0.5, "iterations": 8.0 + seed, "probes": 1.0, "checkpoints": 1.0, "save": 0.5}
     writer.summary(last_n=min(10, iterations), wall_time_s=12.0 + seed, run=str(run_dir), seed=seed,
-                   algorithm="cory" if len(identities) == 2 else "ppo")
+                   algorithm="cory" if len(identities) == 2 else "ppo", phase_seconds=phases)
     config = {"iterations": iterations, "seed": seed, "ppo": {"init_kl_coef": eta, "learning_rate": 1.41e-5},
               "cory": {"n_agents": len(identities), "partner_reward_coef": coef}}
     (run_dir / "config.json").write_text(json.dumps(config))
@@ -262,6 +263,8 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     assert report.count("**Verdict: held**") == len(claims)
     assert "| `ppo.batch_size` | 128 \\| not 256: time |" in report
     assert "| **total** | 360.5 |" in report and "29,000,000" in report and "ppo.init_kl_coef" in report
+    # each run's time by phase, mean over seeds 0-2: iterations 8 + 1, samples and probes 1.5, checkpoints 1, rest 1.5
+    assert "| imdb/cory | 13.00 ± 0.82 (3 seeds) | 9.0 / 1.5 / 1.0 / 1.5 |" in report
     for name in FIGURES:
         assert f"({name}.png)" in report
     assert (reports / "METRICS.md").read_text() == glossary_markdown()
@@ -541,3 +544,13 @@ def test_time_table_splits_the_time_between_the_stages_where_the_processes_recor
                         ["&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", "12.0"],
                         ["&nbsp;&nbsp;*of which DVC and the processes' exit*", "38.0"],
                         ["**first start to last end**", "450.0"]]
+
+
+def test_a_runs_phase_split_is_a_mean_over_the_seeds_that_recorded_it():
+    from cory.report import phase_split
+
+    run = Run("g/r", {}, {}, [], {0: 10.0, 1: 12.0})
+    assert phase_split(run) == "-"  # written before phases were recorded
+    run.phase_seconds = {0: {"iterations": 6.0, "probes": 1.0, "samples": 1.0, "checkpoints": 1.0, "setup": 1.0},
+                         1: {"iterations": 8.0, "checkpoints": 3.0, "logging": 0.5, "save": 0.5}}
+    assert phase_split(run) == "7.0 / 1.0 / 2.0 / 1.0"
