@@ -55,13 +55,20 @@ def _encode_reviews(
 def _crop(tokens: torch.Tensor, lengths: np.ndarray, rows: np.ndarray, keep: np.ndarray, pad_id: int) -> torch.Tensor:
     """Rows `rows` of `tokens` cut to their first `keep` tokens, re-padded, as narrow as the longest: (b, width).
 
-    Widths come from host-side lengths, so batching never waits for the device.
+    Widths come from host-side lengths, and the indices go to the device without a wait (non_blocking: a blocking
+    copy to a GPU first waits for every kernel queued before it), so batching never waits for the device.
     """
     kept = np.minimum(lengths[rows], keep)  # (b,)
     width = int(kept.max())
-    batch = tokens[torch.from_numpy(rows).to(tokens.device), :width]  # (b, width)
-    cut = torch.arange(width, device=tokens.device) >= torch.from_numpy(kept).to(tokens.device)[:, None]
+    batch = tokens[_to_device(rows, tokens.device), :width]  # (b, width)
+    cut = torch.arange(width, device=tokens.device) >= _to_device(kept, tokens.device)[:, None]
     return batch.masked_fill(cut, pad_id)
+
+
+def _to_device(array: np.ndarray, device) -> torch.Tensor:
+    """A host array on `device` without waiting for the device's queued work: from pageable memory CUDA copies the
+    array to a staging buffer before it returns, so the array may change or go right after."""
+    return torch.from_numpy(array).to(device, non_blocking=True)
 
 
 @torch.no_grad()
@@ -166,7 +173,7 @@ def train_reward_classifier(
         batch = _crop(tokens if short else full, lengths, rows, keep, pad_id)  # (B, width)
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=batch).logits  # (B, 2)
-        loss = F.cross_entropy(logits.float(), y[torch.from_numpy(rows).to(device)])
+        loss = F.cross_entropy(logits.float(), y[_to_device(rows, device)])
         loss.backward()
         _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
         running += loss.detach()
