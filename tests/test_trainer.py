@@ -1,5 +1,6 @@
 """The trainer: roles, knowledge transfer, collective reward, role exchange and learning on a toy task."""
 
+import dataclasses
 import math
 
 import pytest
@@ -346,3 +347,20 @@ def test_an_aligned_lm_head_trains_as_the_plain_one():
         for key in plain:
             if not key.startswith("timing/"):
                 assert aligned[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-6), key
+
+
+def test_with_a_per_shape_cache_the_logged_samples_and_the_probe_reuse_the_training_batch_shape():
+    """`ppo.generation.cache: graph`: LLM1's logged samples (3 prompts) and its probe (5 x 4 = 20 prompts) are sampled
+    at the training batch's 16 rows, so the models hold decoders of that one batch size (a decoder per batch size is a
+    compilation on a GPU: 8-11 s each in a math run)."""
+    cfg = config(n_agents=2)
+    cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, generation=dataclasses.replace(
+        cfg.ppo.generation, cache="graph")))
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, tiny_lm(), tiny_tokenizer(), good_word_reward)
+    rows = trainer.generate_alone(QUERIES[:3], None, iteration=-1)
+    trainer.step(QUERIES)
+    trainer.probe(QUERIES[:5], None)
+    assert len(rows) == 3
+    sizes = {key[0] for agent in trainer.agents for key in getattr(agent.lm, "_cory_graph_decoders", {})}
+    assert sizes == {cfg.ppo.batch_size}
