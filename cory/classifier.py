@@ -52,23 +52,19 @@ def _encode_reviews(
     return torch.from_numpy(tokens), lengths
 
 
-def _crop(tokens: torch.Tensor, lengths: np.ndarray, rows: np.ndarray, keep: np.ndarray, pad_id: int) -> torch.Tensor:
-    """Rows `rows` of `tokens` cut to their first `keep` tokens, re-padded, as narrow as the longest: (b, width).
+def _crop(tokens: torch.Tensor, index: torch.Tensor, kept: np.ndarray, pad_id: int) -> torch.Tensor:
+    """Rows `index` (on the device) of `tokens` cut to their first `kept` tokens, re-padded, as narrow as the longest:
+    (b, width).
 
-    Widths come from host-side lengths, and the indices go to the device without a wait (non_blocking: a blocking
-    copy to a GPU first waits for every kernel queued before it), so batching never waits for the device.
+    The widths come from the host, and the one per-step copy to the device does not wait for it (non_blocking: a
+    blocking copy to a GPU first waits for every kernel queued before it; from pageable memory CUDA copies the array
+    to a staging buffer before it returns), so batching never waits for the device.
     """
-    kept = np.minimum(lengths[rows], keep)  # (b,)
     width = int(kept.max())
-    batch = tokens[_to_device(rows, tokens.device), :width]  # (b, width)
-    cut = torch.arange(width, device=tokens.device) >= _to_device(kept, tokens.device)[:, None]
+    batch = tokens[index, :width]  # (b, width)
+    kept_on_device = torch.from_numpy(kept).to(tokens.device, non_blocking=True)  # (b,)
+    cut = torch.arange(width, device=tokens.device) >= kept_on_device[:, None]
     return batch.masked_fill(cut, pad_id)
-
-
-def _to_device(array: np.ndarray, device) -> torch.Tensor:
-    """A host array on `device` without waiting for the device's queued work: from pageable memory CUDA copies the
-    array to a staging buffer before it returns, so the array may change or go right after."""
-    return torch.from_numpy(array).to(device, non_blocking=True)
 
 
 @torch.no_grad()
@@ -158,6 +154,7 @@ def train_reward_classifier(
     steps_per_epoch = math.ceil(len(texts) / cfg.batch_size)
     steps = math.ceil(cfg.epochs * steps_per_epoch)
     order = np.concatenate([rng.permutation(len(texts)) for _ in range(math.ceil(cfg.epochs) + 1)])
+    order_on_device = torch.from_numpy(order).to(device)  # the steps' rows, sliced on the device: no copy per step
     optimizer = _adamw(model, cfg.learning_rate, cfg.weight_decay, (0.9, 0.999), bf16)
     schedule = _warmup_cosine(optimizer, cfg.warmup_steps, steps, 0.0)
     lo, hi = cfg.short_tokens
@@ -165,15 +162,16 @@ def train_reward_classifier(
     _sync(device)
     prepared = time.perf_counter()
     for step in range(1, steps + 1):
-        rows = order[(step - 1) * cfg.batch_size : step * cfg.batch_size]
+        batch_rows = slice((step - 1) * cfg.batch_size, step * cfg.batch_size)
+        rows, index = order[batch_rows], order_on_device[batch_rows]
         short = rng.random() < cfg.short_fraction
         keep = rng.integers(lo, hi + 1, size=len(rows)) if short else np.full(len(rows), cfg.max_length)
         # Right padding with no attention mask: under causal attention the last real token, which the head reads
         # (found through the pad id), never sees the pads after it, and the unmasked path runs flash attention.
-        batch = _crop(tokens if short else full, lengths, rows, keep, pad_id)  # (B, width)
+        batch = _crop(tokens if short else full, index, np.minimum(lengths[rows], keep), pad_id)  # (B, width)
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=batch).logits  # (B, 2)
-        loss = F.cross_entropy(logits.float(), y[_to_device(rows, device)])
+        loss = F.cross_entropy(logits.float(), y[index])
         loss.backward()
         _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
         running += loss.detach()
