@@ -59,6 +59,10 @@ start() {
   setsid bash -c "start=\$(date +%s); { echo \"[device_repro] started \$(date -u +%FT%TZ)\"; ${RUN:-dvc repro}; } > $LOG 2>&1; echo \"exit \$? after \$(( \$(date +%s) - start )) s\" | tee repro.done >> $LOG" \
     < /dev/null > /dev/null 2>&1 &
   echo $! > job.pid
+  # Once a second while the job runs: the GPU's utilization and memory, and how busy the host's CPUs were
+  # (usage.csv, collected with the results): whether a stage leaves the GPU or the cores idle, or is bound by them.
+  lscpu | grep -E "^(CPU\(s\)|Thread|Core|Socket|Model name)" > cpus.txt
+  setsid bash "$WORK/scripts/usage_sampler.sh" "$(cat job.pid)" usage.csv < /dev/null > /dev/null 2>&1 &
   echo "${RUN:-dvc repro} started in the background in $WORK (log: $LOG)"
 }
 
@@ -99,7 +103,7 @@ collect() {
   # `dvc repro --single-item report` can rebuild the report elsewhere with dvc.lock unchanged upstream.
   tar czf "$OUT/$TAG-results.tgz" --ignore-failed-read dvc.lock "reports/$profile" "outputs/$profile/metrics" \
     "outputs/$profile/eval" "outputs/$profile/samples" "outputs/$profile/runs" \
-    "outputs/$profile/data/imdb/stats.json" "outputs/$profile/data/math/stats.json" \
+    "outputs/$profile/data/imdb/stats.json" "outputs/$profile/data/math/stats.json" usage.csv cpus.txt \
     $(find outputs reports -name .gitignore 2>/dev/null) 2>/dev/null  # DVC's ignore entries for its cached outputs
   [ -f mlflow.db ] && gzip -c mlflow.db > "$OUT/$TAG-mlflow.db.gz" 2>/dev/null
   ls -la "$OUT"
