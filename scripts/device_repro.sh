@@ -42,8 +42,31 @@ install() {
   fi
 }
 
+bytecode() {
+  # Python's bytecode caches: on the GPU machine a stage process took 12 s to import torch and transformers' model
+  # code, about 4x this repository's CPU machine. If the packages' .pyc files are missing and Python may not write them
+  # there (PYTHONDONTWRITEBYTECODE, or a read-only site-packages), every process compiles them again from source; then
+  # they go to a writable cache folder instead, where the first process writes them and the others read them.
+  local state
+  state=$(python3 - <<'PY'
+import importlib.util, os, sys
+spec = importlib.util.find_spec("transformers.modeling_utils")
+folder = os.path.dirname(spec.cached)
+writable = os.access(folder if os.path.isdir(folder) else os.path.dirname(folder), os.W_OK)
+print("present" if os.path.exists(spec.cached) else "unwritable" if sys.dont_write_bytecode or not writable else "written on first import")
+PY
+)
+  echo "bytecode caches of the installed packages: $state"
+  if [ "$state" = unwritable ]; then
+    unset PYTHONDONTWRITEBYTECODE
+    export PYTHONPYCACHEPREFIX=/root/.cache/pycache
+    echo "bytecode caches go to $PYTHONPYCACHEPREFIX"
+  fi
+}
+
 start() {
   install
+  bytecode
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   # an earlier start of this TAG on this machine (its process group; other TAGs run on)
@@ -110,7 +133,7 @@ collect() {
 }
 
 case "${1:-}" in
-  install) install ;;  # the packages alone, before a benchmark (scripts/bench_*.py need the offline tokenizer's data)
+  install) install; bytecode ;;  # the packages alone (bytecode: says whether imports recompile; its setting ends with this call), before a benchmark (scripts/bench_*.py need the offline tokenizer's data)
   start) start ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
