@@ -133,7 +133,9 @@ collect() {
 }
 
 case "${1:-}" in
-  install) install; bytecode ;;  # the packages alone (bytecode: says whether imports recompile; its setting ends with this call), before a benchmark (scripts/bench_*.py need the offline tokenizer's data)
+  # the packages alone, before a benchmark (scripts/bench_*.py need the offline tokenizer's data); bytecode says
+  # whether imports recompile (its setting ends with this call)
+  install) install; bytecode ;;
   start) start ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
