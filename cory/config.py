@@ -85,11 +85,18 @@ class GenerationConfig:
     same tokens as "dynamic" up to float rounding (tests/test_rollout.py). "graph": a static cache too, and the whole
     decoding step (processors, draw, stop bookkeeping and forward pass) as one compiled step, on a GPU one CUDA graph
     replay per token (cory.decoding); samples the same tokens as "dynamic" (the same float rounding caveat on a GPU)."""
+    cache_length: int = 0
+    """With cache "static" or "graph": the least length of a cache (prompt + response tokens; 0: none). Each new
+    length is another compiled decoding step (8-11 s for a math run on an H100), and a run whose prompts are sometimes
+    longer (an observer's, a probe's) would otherwise compile one per length it meets; a decoder with a longer cache
+    samples the same tokens and is reused for shorter ones (cory.decoding.decoder_for). Capped at the model's
+    positions."""
 
     def __post_init__(self) -> None:
         path = section_path("train.ppo.generation")
         check(self.cache in ("dynamic", "static", "graph"), f"{path}.cache",
               f"must be dynamic, static or graph, got {self.cache!r}")
+        check(self.cache_length >= 0, f"{path}.cache_length", f"must be >= 0, got {self.cache_length}")
         lo, hi = self.response_length
         check(1 <= lo <= hi, f"{path}.response_length", f"need 1 <= min <= max, got {list(self.response_length)}")
         check(self.top_k >= 0, f"{path}.top_k", f"must be >= 0, got {self.top_k}")

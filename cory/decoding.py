@@ -31,7 +31,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cory.config import GenerationConfig
-from cory.rollout import keep_on_model, position_ids
+from cory.rollout import STATIC_CACHES, keep_on_model, position_ids
 
 
 class GraphDecoder:
@@ -191,11 +191,28 @@ def decoding_attention():
     return sdpa_kernel(backends)  # older torch: its own order among them
 
 
+GRAPH_DECODERS = "_cory_graph_decoders"
+"""The model attribute that keeps its GraphDecoders, one per (batch size, cache length, settings)."""
+
+
 def decoder_for(model, batch_size: int, length: int, gen: GenerationConfig, pad_token_id: int,
                 eos_token_id: int | None, compile_step: bool) -> GraphDecoder:
-    """The model's GraphDecoder for this batch size, cache length and these settings, made on first use and kept in
-    a plain attribute of the model (not a submodule: no state-dict entries)."""
-    key = (batch_size, length, gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, gen.stop_at_eos,
-           pad_token_id, eos_token_id, compile_step)
-    return keep_on_model(model, "_cory_graph_decoders", key, lambda: GraphDecoder(
+    """The model's GraphDecoder for this batch size, a cache of at least `length` tokens and these settings, made on
+    first use and kept in a plain attribute of the model (not a submodule: no state-dict entries). A kept decoder with
+    a longer cache is reused (the shortest such): the extra positions are masked out, so it samples the same tokens,
+    and another length would be another compilation."""
+    settings = (gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, gen.stop_at_eos, pad_token_id,
+                eos_token_id, compile_step)
+    kept = model.__dict__.get(GRAPH_DECODERS, {})
+    longer = [key for key in kept if key[0] == batch_size and key[1] >= length and key[2:] == settings]
+    if longer:
+        return kept[min(longer, key=lambda key: key[1])]
+    return keep_on_model(model, GRAPH_DECODERS, (batch_size, length, *settings), lambda: GraphDecoder(
         model, batch_size, length, gen, pad_token_id, eos_token_id, compile_step))
+
+
+def cache_shapes(model) -> list[list[int]]:
+    """[batch size, cache length] of every static cache and decoder kept on the model: each one a compilation of the
+    decoding step on a GPU (summary.json's decoding_shapes)."""
+    shapes = {key[:2] for attribute in (GRAPH_DECODERS, STATIC_CACHES) for key in model.__dict__.get(attribute, {})}
+    return [list(shape) for shape in sorted(shapes)]

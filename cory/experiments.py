@@ -7,7 +7,8 @@ run end to end: load the base model and the task, train, and write the run folde
     <run_dir>/history.csv     one row per iteration (metric keys: cory.metrics.GLOSSARY)
     <run_dir>/summary.json    final values (mean over the last iterations), wall time, peak GPU memory,
                               phase_seconds: this process's wall time by phase (setup, samples, iterations, probes,
-                              logging, checkpoints, save)
+                              logging, checkpoints, save), decoding_shapes: per agent, the [batch size, cache
+                              length] of each decoding step it compiled (cory.decoding.cache_shapes)
     <run_dir>/samples.jsonl   LLM1 alone on fixed queries before training (iteration -1) and after (iteration N),
                               and the generations of the first and the last training iteration
     <run_dir>/config.json     the resolved TrainConfig
@@ -268,6 +269,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     import torch  # here: validating params (pipeline.params) imports this module, and must not import torch
 
     from cory.checkpoint import load_checkpoint, save_checkpoint
+    from cory.decoding import cache_shapes
     from cory.metrics import MetricsWriter
     from cory.rewards import build_reward
     from cory.tokenizer import load_tokenizer
@@ -347,7 +349,8 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     summary = writer.summary(last_n=min(10, job.train.iterations), wall_time_s=spent + time.time() - start,
                              peak_gpu_memory_gib=peak, run=job.name, algorithm=job.algorithm, seed=job.seed,
                              fingerprint=job.fingerprint, resumed_after=None if resumed is None else first - 1,
-                             phase_seconds={name: round(seconds, 2) for name, seconds in phase.totals.items()})
+                             phase_seconds={name: round(seconds, 2) for name, seconds in phase.totals.items()},
+                             decoding_shapes={agent.name: cache_shapes(agent.lm) for agent in trainer.agents})
     shutil.rmtree(resume_dir, ignore_errors=True)  # summary.json marks the run complete: nothing left to resume
     if tracker is not None:
         tracker.log_samples(run_dir / "samples.jsonl", job.train.iterations)

@@ -7,13 +7,15 @@ classifier (for `lvwerra/distilbert-imdb`), optionally started from the IMDB LM'
 
 Speed (the stages have a minute or two of GPU): the corpus is packed into one token stream that lives on the device
 and batches are random contiguous windows gathered there; bf16 autocast, TF32 and fused AdamW on CUDA; no host sync
-inside the loop except at evaluations; optional `torch.compile`.
+inside the loop except at evaluations; optional `torch.compile`, of the whole loss or of each block (`compiled_loss`).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -145,20 +147,48 @@ def pack(tokenizer, texts: list[str]) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def lm_loss(model, window: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Next-token cross-entropy of the token windows `window` (B, T+1) under a HF causal LM without a head bias.
+def output_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Next-token cross-entropy of `targets` (B, T) from the body's `hidden` states (B, T, H) through the output
+    embedding `weight` (V, H), without a bias.
 
     The output layer runs on a vocabulary padded to a multiple of 64 whose extra logits get a -1e4 bias (zero
     probability, so the loss is exactly the unpadded one): with GPT-2's odd 50,257 rows cuBLAS falls back to slow
     unaligned kernels, which made the output-layer matmuls ~4x and whole training steps ~1.5x slower on an H200.
     """
-    hidden = model.base_model(input_ids=window[:, :-1]).last_hidden_state  # (B, T, H)
-    weight = model.get_output_embeddings().weight  # (V, H)
     pad = -weight.shape[0] % 64
     bias = torch.zeros(weight.shape[0] + pad, device=weight.device)
     bias[weight.shape[0] :] = -1e4
     logits = F.linear(hidden, F.pad(weight, (0, 0, 0, pad)), bias)  # (B, T, V + pad)
-    return F.cross_entropy(logits.flatten(0, 1).float(), window[:, 1:].flatten(), reduction=reduction)
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction=reduction)
+
+
+def lm_loss(model, window: torch.Tensor, reduction: str = "mean", head=output_loss) -> torch.Tensor:
+    """Next-token cross-entropy of the token windows `window` (B, T+1) under a HF causal LM without a head bias;
+    `head` computes the output layer and the loss (`output_loss`, or a compiled one)."""
+    # no KV cache: training never reads it, and its per-layer state would make each compiled block recompile
+    hidden = model.base_model(input_ids=window[:, :-1], use_cache=False).last_hidden_state  # (B, T, H)
+    return head(hidden, model.get_output_embeddings().weight, window[:, 1:], reduction)
+
+
+@contextmanager
+def compiled_loss(model, mode: bool | str):
+    """The loss function of `pretrain_lm` under `pretrain.compile`'s `mode`: False, eager; True, the whole loss (body,
+    output layer, loss) as one graph; "regional", each transformer block compiled in place (one compilation that every
+    block of the model reuses, so the first step compiles in a fraction of the whole graph's time) and the output
+    layer with the loss on their own. The blocks are eager again when the context ends."""
+    if not mode:
+        yield lm_loss
+    elif mode is True:
+        yield torch.compile(lm_loss)
+    else:
+        blocks = next(m for m in model.base_model.children() if isinstance(m, torch.nn.ModuleList))  # GPT-2: .h
+        for block in blocks:
+            block.compile()
+        try:
+            yield partial(lm_loss, head=torch.compile(output_loss))
+        finally:
+            for block in blocks:
+                block._compiled_call_impl = None  # what nn.Module.compile set: the block's forward is eager again
 
 
 @torch.no_grad()
@@ -195,7 +225,6 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
     model.to(device).train()
     optimizer = _adamw(model, cfg.learning_rate, cfg.weight_decay, cfg.betas, bf16)
     schedule = _warmup_cosine(optimizer, cfg.warmup_steps, steps, cfg.min_lr_ratio)
-    loss_fn = torch.compile(lm_loss) if cfg.compile else lm_loss
     sampler = torch.Generator(device=device).manual_seed(cfg.seed)
     offsets = torch.arange(cfg.seq_len + 1, device=device)  # (T+1,)
     _sync(device)
@@ -203,34 +232,35 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
 
     history, running, eval_seconds, last_eval = [], torch.zeros((), device=device), 0.0, 0
     first_step_seconds = None
-    for step in range(1, steps + 1):
-        starts = torch.randint(0, len(train_stream) - cfg.seq_len, (rows, 1), device=device, generator=sampler)
-        window = train_stream[starts + offsets]  # (rows, T+1)
-        for part in window.chunk(cfg.micro_batches):  # equal slices: the step's loss is the mean of theirs
-            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_fn(model, part) / cfg.micro_batches
-            loss.backward()
-            running += loss.detach()  # stays on the device: no per-step sync
-        _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
-        if step == 1:  # the first step holds any compilation (one sync, to time it)
-            _sync(device)
-            first_step_seconds = time.perf_counter() - prepared
+    with compiled_loss(model, cfg.compile) as loss_fn:  # pretrain.compile
+        for step in range(1, steps + 1):
+            starts = torch.randint(0, len(train_stream) - cfg.seq_len, (rows, 1), device=device, generator=sampler)
+            window = train_stream[starts + offsets]  # (rows, T+1)
+            for part in window.chunk(cfg.micro_batches):  # equal slices: the step's loss is the mean of theirs
+                with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+                    loss = loss_fn(model, part) / cfg.micro_batches
+                loss.backward()
+                running += loss.detach()  # stays on the device: no per-step sync
+            _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
+            if step == 1:  # the first step holds any compilation (one sync, to time it)
+                _sync(device)
+                first_step_seconds = time.perf_counter() - prepared
 
-        if step % cfg.eval_every == 0 or step == steps:
-            eval_started = time.perf_counter()
-            val_loss = evaluate_lm(model, val_stream, cfg.seq_len, rows, cfg.eval_tokens, bf16)
-            history.append(
-                {
-                    "step": step,
-                    "train_loss": running.item() / (step - last_eval),
-                    "val_loss": val_loss,
-                    "lr": schedule.get_last_lr()[0],
-                    "seconds": time.perf_counter() - prepared,
-                }
-            )
-            running.zero_()
-            last_eval = step
-            eval_seconds += time.perf_counter() - eval_started
+            if step % cfg.eval_every == 0 or step == steps:
+                eval_started = time.perf_counter()
+                val_loss = evaluate_lm(model, val_stream, cfg.seq_len, rows, cfg.eval_tokens, bf16)
+                history.append(
+                    {
+                        "step": step,
+                        "train_loss": running.item() / (step - last_eval),
+                        "val_loss": val_loss,
+                        "lr": schedule.get_last_lr()[0],
+                        "seconds": time.perf_counter() - prepared,
+                    }
+                )
+                running.zero_()
+                last_eval = step
+                eval_seconds += time.perf_counter() - eval_started
 
     train_seconds = time.perf_counter() - prepared - eval_seconds
     model.eval()

@@ -192,8 +192,8 @@ def generate(
         if gen.cache == "graph":
             from cory.decoding import decoder_for
 
-            decoder = decoder_for(model, input_ids.shape[0], cache_length(model, input_ids.shape[1], max_new_tokens),
-                                  gen, tokenizer.pad_token_id, tokenizer.eos_token_id if gen.stop_at_eos else None,
+            length = cache_length(model, input_ids.shape[1], max_new_tokens, least=gen.cache_length)
+            decoder = decoder_for(model, input_ids.shape[0], length, gen, tokenizer.pad_token_id, tokenizer.eos_token_id if gen.stop_at_eos else None,
                                   compile_step=device.type == "cuda")
             with autocast(device, mixed_precision):
                 response = decoder.sample(input_ids, attention_mask, max_new_tokens,
@@ -201,7 +201,7 @@ def generate(
                                           check_every=8 if device.type == "cuda" else 1)
             chunks.append((input_ids[:rows], attention_mask[:rows], response[:rows]))
             continue
-        cache = static_cache(model, input_ids.shape, max_new_tokens) if gen.cache == "static" else {}
+        cache = static_cache(model, input_ids.shape, max_new_tokens, least=gen.cache_length) if gen.cache == "static" else {}
         with autocast(device, mixed_precision):
             out = model.generate(
                 input_ids=input_ids,
@@ -234,14 +234,18 @@ def model_positions(model) -> int | None:
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, multiple: int = 64) -> dict:
+STATIC_CACHES = "_cory_static_caches"
+"""The model attribute that keeps `generate`'s static caches, one per (batch size, length)."""
+
+
+def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, multiple: int = 64, least: int = 0) -> dict:
     """`past_key_values` for `generate`: a transformers StaticCache for this batch size and a length of prompt +
     response rounded up to `multiple` (capped at the model's positions), kept on the model and reset between calls,
     so that its tensors keep their addresses and a compiled decoding step (CUDA graphs) is replayed, not re-recorded."""
     from transformers import StaticCache
 
-    length = cache_length(model, prompt_shape[1], max_new_tokens, multiple)
-    cache = keep_on_model(model, "_cory_static_caches", (prompt_shape[0], length),
+    length = cache_length(model, prompt_shape[1], max_new_tokens, multiple, least)
+    cache = keep_on_model(model, STATIC_CACHES, (prompt_shape[0], length),
                           lambda: StaticCache(config=model.config, max_cache_len=length))
     cache.reset()  # a no-op on a new one
     return {"past_key_values": cache}
@@ -257,11 +261,11 @@ def keep_on_model(model, attribute: str, key, make):
     return kept[key]
 
 
-def cache_length(model, prompt_tokens: int, max_new_tokens: int, multiple: int = 64) -> int:
-    """A static cache's length: prompt + response rounded up to `multiple` (so that a few shapes recur), at most the
-    model's positions."""
+def cache_length(model, prompt_tokens: int, max_new_tokens: int, multiple: int = 64, least: int = 0) -> int:
+    """A static cache's length: prompt + response rounded up to `multiple` (so that a few shapes recur), at least
+    `least` (generation.cache_length), at most the model's positions."""
     limit = model_positions(model)
-    length = -(-(prompt_tokens + max_new_tokens) // multiple) * multiple
+    length = max(-(-(prompt_tokens + max_new_tokens) // multiple) * multiple, least)
     return min(length, limit) if limit else length
 
 

@@ -133,8 +133,10 @@ class PretrainConfig:
     """Validation tokens scored per evaluation (the start of the validation stream)."""
     seed: int = 0
     """Seeds the init, dropout and the window sampler."""
-    compile: bool = False
-    """torch.compile the model for the training steps (CUDA; pays a compile time up front)."""
+    compile: bool | Literal["regional"] = False
+    """torch.compile for the training steps (pays a compile time up front): true, the whole loss as one graph;
+    "regional", each transformer block on its own, one compilation all blocks reuse (a faster first step, steps as
+    fast: cory.pretrain.compiled_loss)."""
 
     def __post_init__(self) -> None:
         path = section_path("pretrain")

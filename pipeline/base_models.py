@@ -31,19 +31,9 @@ import sys
 import time
 
 import torch
-import transformers
 
 from cory.config import ConfigError, to_dict
-from cory.pretrain import (
-    build_causal_lm,
-    count_parameters,
-    load_pretrained,
-    pretrain_lm,
-    sample_texts,
-    save_model,
-)
 from cory.roles import TABLE3_QUERIES
-from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
 from cory.tracking import open_store, provenance, start_run
 from pipeline.common import (
     code_digest, content_digest, device, load_params, out_dir, process_started_at, profile, read_jsonl, require_device,
@@ -51,6 +41,11 @@ from pipeline.common import (
 )
 from pipeline.gpus import error_line, gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
 from pipeline.params import SCRATCH, BaseModelConfig, RuntimeConfig
+
+
+# transformers and the model code (cory.pretrain, cory.tokenizer) are imported where a model is built, in the worker
+# processes: the stage's own process only checks inputs, fingerprints and starts the workers, and spends ~10 s less
+# before they start (transformers' import, on the GPU machine).
 
 
 def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[str], list[str], list[str]]:
@@ -77,11 +72,18 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[st
 def scratch_tokenizer(cfg: BaseModelConfig, train: list[str]):
     """The tokenizer of a model trained from scratch on `train`: `cfg.tokenizer`, or GPT-2's cut down to `train`'s
     tokens (`offline-gpt2:corpus`)."""
+    from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
+
     return corpus_vocabulary(train) if cfg.tokenizer == CORPUS_VOCABULARY else load_tokenizer(cfg.tokenizer)
 
 
 def parameter_count(name: str, params: dict) -> int:
     """Parameters of base model `name` as its params describe it, built on the meta device (no memory, no training)."""
+    import transformers
+
+    from cory.pretrain import build_causal_lm, count_parameters, load_pretrained
+    from cory.tokenizer import CORPUS_VOCABULARY
+
     cfg = section(params, f"base_models.{name}", BaseModelConfig)
     if cfg.source == SCRATCH:
         texts = corpus_texts(name, cfg, params)[0] if cfg.tokenizer == CORPUS_VOCABULARY else []
@@ -97,6 +99,11 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str,
                      ) -> tuple[dict, dict, list[dict]]:
     """Train (or load) model `name` and save it with its tokenizer and training record (which keeps `digest`, its fingerprint);
     returns (metrics, training record, samples)."""
+    import transformers
+
+    from cory.pretrain import build_causal_lm, count_parameters, load_pretrained, pretrain_lm, sample_texts, save_model
+    from cory.tokenizer import load_tokenizer
+
     train, validation, prompts = corpus_texts(name, cfg, params)  # missing data files fail here, before model work
     reference_params = parameter_count(cfg.compare_params_with, params) if cfg.compare_params_with else None
     if cfg.source == SCRATCH:

@@ -61,7 +61,7 @@ def main() -> None:
         label, config = f"cache: {cache}", replace(gen, cache=cache)
         if attention is not None:
             label += ", cuDNN attention" if attention is prefer_cudnn else ", default attention"
-            lm.__dict__.pop("_cory_graph_decoders", None)  # decoders are kept per shape: build new ones
+            lm.__dict__.pop(decoding.GRAPH_DECODERS, None)  # decoders are kept per shape: build new ones
             torch._dynamo.reset()  # and compile the step again, from nothing
             torch._inductor.config.force_disable_caches = True
             decoding.decoding_attention = attention

@@ -6,6 +6,7 @@ import transformers
 from packaging.version import Version
 
 from cory.config import GenerationConfig
+from cory.decoding import cache_shapes
 from cory.rollout import generate
 
 from tiny import tiny_lm, tiny_tokenizer
@@ -66,6 +67,21 @@ def test_the_decoder_is_kept_per_batch_and_cache_length_and_reused_across_prompt
     lengths = sorted((key[0], key[1]) for key in lm._cory_graph_decoders)
     assert lengths == [(3, 64), (6, 64)]  # prompt + response rounded up to 64; the model has 64 positions
     assert "_cory_graph_decoders" not in dict(lm.named_modules()) and not any("decod" in k for k in lm.state_dict())
+
+
+def test_a_kept_decoder_with_a_longer_cache_is_reused_and_samples_the_same():
+    """generation.cache_length makes the cache longer than prompt + response need; the extra positions are masked out,
+    so the tokens are those of the shortest cache, and a later call that needs less reuses the longer decoder."""
+    short = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
+    long = GenerationConfig(cache="graph", repetition_penalty=PENALTY, cache_length=192)
+    lm, other = tiny_lm(n_positions=256), tiny_lm(n_positions=256)
+    assert samples(lm, long, 11) == samples(other, short, 11)
+    assert cache_shapes(lm) == [[6, 192]] and cache_shapes(other) == [[6, 64]]
+    assert samples(lm, short, 11) == samples(other, short, 11)  # needs 64: the kept 192 one serves
+    assert cache_shapes(lm) == [[6, 192]]
+    lm = tiny_lm()
+    samples(lm, long, 11, calls=1)
+    assert cache_shapes(lm) == [[6, 64]]  # at most the model's 64 positions
 
 
 @pytest.mark.parametrize("cache", ["graph", "static"])

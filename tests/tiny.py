@@ -15,10 +15,11 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def tiny_lm(seed: int = 0, n_layer: int = 2, n_embd: int = 32, dropout: float = 0.0) -> GPT2LMHeadModel:
+def tiny_lm(seed: int = 0, n_layer: int = 2, n_embd: int = 32, dropout: float = 0.0, n_positions: int = 64
+            ) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
     config = GPT2Config(
-        n_layer=n_layer, n_embd=n_embd, n_head=2, n_positions=64, vocab_size=len(WORDS), bos_token_id=0,
+        n_layer=n_layer, n_embd=n_embd, n_head=2, n_positions=n_positions, vocab_size=len(WORDS), bos_token_id=0,
         eos_token_id=0, pad_token_id=0, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
     )
     return GPT2LMHeadModel(config).eval()
