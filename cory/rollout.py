@@ -287,15 +287,19 @@ def forward_response(lm, rollout: Rollout, value_head=None):
     """
     T = rollout.response_ids.shape[1]
     attention_mask = rollout.attention_mask
+    L = attention_mask.shape[1]
+    # position P-1+t predicts response token t: the output layer runs on those T positions only (not the last one,
+    # sliced off afterwards: that slice's backward wrote a zero-filled copy of the (B, T+1, V) logits every update)
+    predicting = torch.arange(L - T - 1, L - 1, device=attention_mask.device)
     out = lm(
         input_ids=rollout.input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids(attention_mask),
         output_hidden_states=value_head is not None,
-        logits_to_keep=T + 1,
+        logits_to_keep=predicting,
         use_cache=False,
     )
-    logits = out.logits[:, :-1]  # position P-1+t predicts response token t
+    logits = out.logits  # (B, T, V)
     values = None
     if value_head is not None:
         hidden = out.hidden_states[-1][:, -(T + 1) : -1]
