@@ -181,7 +181,11 @@ def compiled_loss(model, mode: bool | str):
     elif mode is True:
         yield torch.compile(lm_loss)
     else:
-        blocks = next(m for m in model.base_model.children() if isinstance(m, torch.nn.ModuleList))  # GPT-2: .h
+        lists = [m for m in model.base_model.children() if isinstance(m, torch.nn.ModuleList)]  # GPT-2: .h
+        if not lists:
+            raise ConfigError(f"pretrain.compile: 'regional' compiles each block of a model's list of blocks, and "
+                              f"{type(model.base_model).__name__} has none; use true or false")
+        blocks = lists[0]
         for block in blocks:
             block.compile()
         try:

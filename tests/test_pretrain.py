@@ -116,6 +116,16 @@ def test_regional_compilation_takes_the_eager_steps_and_leaves_the_blocks_eager(
         from_dict(PretrainConfig, {"compile": "everything"}, "pretrain")
 
 
+def test_regional_compilation_of_a_model_without_blocks_names_the_setting():
+    from cory.pretrain import compiled_loss
+
+    model = torch.nn.Module()
+    model.base_model = torch.nn.Linear(2, 2)  # no list of blocks to compile one by one
+    with pytest.raises(ConfigError, match=r"pretrain.compile: 'regional' .* Linear has none"):
+        with compiled_loss(model, "regional"):
+            pass
+
+
 def test_pretrain_config_errors_name_the_setting():
     with pytest.raises(ConfigError, match=r"base_models.x.pretrain.batch_tokens: must be a positive multiple of seq_len"):
         from_dict(PretrainConfig, {"batch_tokens": 100, "seq_len": 64}, "base_models.x.pretrain")
