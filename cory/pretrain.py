@@ -147,7 +147,8 @@ def pack(tokenizer, texts: list[str]) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def output_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def output_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
+                ) -> torch.Tensor:
     """Next-token cross-entropy of `targets` (B, T) from the body's `hidden` states (B, T, H) through the output
     embedding `weight` (V, H), without a bias.
 

@@ -193,7 +193,8 @@ def generate(
             from cory.decoding import decoder_for
 
             length = cache_length(model, input_ids.shape[1], max_new_tokens, least=gen.cache_length)
-            decoder = decoder_for(model, input_ids.shape[0], length, gen, tokenizer.pad_token_id, tokenizer.eos_token_id if gen.stop_at_eos else None,
+            decoder = decoder_for(model, input_ids.shape[0], length, gen, tokenizer.pad_token_id,
+                                  tokenizer.eos_token_id if gen.stop_at_eos else None,
                                   compile_step=device.type == "cuda")
             with autocast(device, mixed_precision):
                 response = decoder.sample(input_ids, attention_mask, max_new_tokens,
@@ -201,7 +202,9 @@ def generate(
                                           check_every=8 if device.type == "cuda" else 1)
             chunks.append((input_ids[:rows], attention_mask[:rows], response[:rows]))
             continue
-        cache = static_cache(model, input_ids.shape, max_new_tokens, least=gen.cache_length) if gen.cache == "static" else {}
+        cache = {}
+        if gen.cache == "static":
+            cache = static_cache(model, input_ids.shape, max_new_tokens, least=gen.cache_length)
         with autocast(device, mixed_precision):
             out = model.generate(
                 input_ids=input_ids,
@@ -238,10 +241,12 @@ STATIC_CACHES = "_cory_static_caches"
 """The model attribute that keeps `generate`'s static caches, one per (batch size, length)."""
 
 
-def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, multiple: int = 64, least: int = 0) -> dict:
+def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, multiple: int = 64,
+                 least: int = 0) -> dict:
     """`past_key_values` for `generate`: a transformers StaticCache for this batch size and a length of prompt +
-    response rounded up to `multiple` (capped at the model's positions), kept on the model and reset between calls,
-    so that its tensors keep their addresses and a compiled decoding step (CUDA graphs) is replayed, not re-recorded."""
+    response rounded up to `multiple`, at least `least` (capped at the model's positions), kept on the model and reset
+    between calls, so that its tensors keep their addresses and a compiled decoding step (CUDA graphs) is replayed,
+    not re-recorded."""
     from transformers import StaticCache
 
     length = cache_length(model, prompt_shape[1], max_new_tokens, multiple, least)

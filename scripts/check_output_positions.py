@@ -39,8 +39,9 @@ def main() -> None:
             results.append((logits.detach().float(), [p.grad.detach().clone() for p in lm.parameters()]))
         (a, grads_a), (b, grads_b) = results
         grad_diff = max((x - y).abs().max().item() for x, y in zip(grads_a, grads_b))
+        largest = max(g.abs().max().item() for g in grads_a)
         print(f"B {B}, P {P}, T {T}: logits max |diff| {(a - b).abs().max().item()} (identical: {torch.equal(a, b)}), "
-              f"gradients max |diff| {grad_diff:.3g}, largest gradient {max(g.abs().max().item() for g in grads_a):.3g}")
+              f"gradients max |diff| {grad_diff:.3g}, largest gradient {largest:.3g}")
 
 
 if __name__ == "__main__":
