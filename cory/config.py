@@ -209,6 +209,12 @@ class PPOConfig:
     function, rounded once instead of after each of its ~8 operations. At the GPT2-Large shape those operations were
     among the largest GPU items of an iteration (scripts/bench_paper.py --profile). The default profile's models are
     built with the fused one already."""
+    fused_vocab: bool = False
+    """On a GPU, compile (torch.compile, dynamic shapes, once per process) the passes over the vocabulary: the
+    experience's per-token statistics (cory.ppo.response_statistics: two log-softmaxes, the KL and the entropy) and the
+    update's token log-probabilities (cory.ppo.token_logprobs: the token's logit less the log-sum-exp), so that they
+    run as a few fused kernels reading the bf16 logits instead of a dozen memory-bound passes over fp32 copies of
+    (B, T, V) tensors. The same values up to float rounding; what it saves grows with the vocabulary (GPT-2's 50,257)."""
     compile: bool = False
     """torch.compile (dynamic shapes) the policy's, value head's and reference's forward passes of the experience and
     the update (not sampling: `generation.cache` "static" compiles that). Fuses a small model's many small kernels,

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -76,7 +77,8 @@ def make_experience(
         with autocast(device, cfg.mixed_precision):
             logits, values = forward_response(agent.forward_lm, part, agent.value_head)
             ref_logits, _ = forward_response(ref_lm, part)
-        parts.append((*ppo.response_statistics(logits, ref_logits, part.response_ids), values.float()))
+        statistics = vocabulary_pass(ppo.response_statistics, cfg, logits)
+        parts.append((*statistics(logits, ref_logits, part.response_ids), values.float()))
     logprobs, ref_logprobs, kl, entropy, values = (torch.cat(x) for x in zip(*parts))
 
     if cfg.group_baseline:
@@ -173,7 +175,7 @@ def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor):
     mask = part.response_mask.float()
     with autocast(agent.device, cfg.mixed_precision):
         logits, values = forward_response(agent.forward_lm, part, agent.value_head)
-    logprobs = ppo.logprobs_of(logits, part.response_ids)
+    logprobs = vocabulary_pass(ppo.token_logprobs, cfg, logits)(logits, part.response_ids)
     pg_loss, pg_stats = ppo.policy_loss(logprobs, exp.logprobs[idx], exp.advantages[idx], mask, cfg.cliprange)
     vf_loss, vf_stats = ppo.value_loss(values.float(), exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value)
     loss = pg_loss + cfg.vf_coef * vf_loss
@@ -187,6 +189,20 @@ def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor):
     # The ratio check needs the value on the host; it is the one sync per mini-batch TRL also makes.
     ratio, finite = torch.stack([pg_stats["ratio"].detach(), torch.isfinite(loss.detach()).float()]).tolist()
     return loss, stats, ratio, finite == 1.0
+
+
+def vocabulary_pass(fn, cfg, logits: torch.Tensor):
+    """`fn` (a pure function of (B, T, V) logits), compiled where ppo.fused_vocab asks for it and the logits are on a
+    GPU; else `fn` itself, or, for the update's log-probabilities, the log-softmax of trl's code (cory.ppo.logprobs_of)."""
+    if cfg.fused_vocab and logits.is_cuda:
+        return _compiled(fn)
+    return ppo.logprobs_of if fn is ppo.token_logprobs else fn
+
+
+@functools.cache
+def _compiled(fn):
+    # once per process: batch, response length and vocabulary vary between calls and runs (dynamic shapes)
+    return torch.compile(fn, dynamic=True)
 
 
 def _to(rollout: Rollout, device: torch.device) -> Rollout:

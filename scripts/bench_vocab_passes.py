@@ -1,8 +1,12 @@
-"""Benchmark: the experience's per-token statistics (log pi, log pi_ref, full KL, entropy) from the separate functions
-(six log-softmaxes over the vocabulary) against cory.ppo.response_statistics (two), side by side in one process, at
-the default profile's IMDB shape (one forward chunk: 128 responses x 16 tokens x GPT-2's 50,257 logits, bf16).
+"""Benchmark: the passes over the vocabulary, side by side in one process, at the default profile's IMDB shape (one
+forward chunk: 128 responses x 16 tokens x GPT-2's 50,257 logits, bf16 as autocast hands them over):
+  - the experience's per-token statistics (log pi, log pi_ref, full KL, entropy) from the separate functions (six
+    log-softmaxes), from cory.ppo.response_statistics (two), and from it compiled (ppo.fused_vocab);
+  - the update's token log-probabilities, forward and backward: trl's log-softmax and gather (cory.ppo.logprobs_of)
+    against cory.ppo.token_logprobs compiled (ppo.fused_vocab);
+and the largest difference of each compiled result from the eager one.
 
-    python -m scripts.bench_vocab_passes [--device cuda] [--repeats 3]
+    python -m scripts.bench_vocab_passes [--device cuda] [--repeats 3] [--shape B T V]
 """
 
 from __future__ import annotations
@@ -26,14 +30,27 @@ def main() -> None:
     logits, ref_logits = (torch.randn(batch, length, vocab, generator=generator).to(args.device, torch.bfloat16)
                           for _ in range(2))
     tokens = torch.randint(0, vocab, (batch, length), generator=generator).to(args.device)
+    weights = torch.randn(batch, length, generator=generator).to(args.device)
+    statistics = torch.compile(ppo.response_statistics, dynamic=True)
+    token_logprobs = torch.compile(ppo.token_logprobs, dynamic=True)
+
+    def update(fn):  # the update's use: log-probs of the sampled tokens, and their gradient into the logits
+        leaf = logits.detach().requires_grad_()
+        out = fn(leaf, tokens)
+        (grad,) = torch.autograd.grad((out * weights).sum(), leaf)
+        return out, grad
+
     ways = {
-        "separate functions": lambda: (ppo.logprobs_of(logits, tokens), ppo.logprobs_of(ref_logits, tokens),
-                                       ppo.full_kl(logits, ref_logits), ppo.entropy_from_logits(logits)),
-        "response_statistics": lambda: ppo.response_statistics(logits, ref_logits, tokens),
+        "experience: separate functions": lambda: (
+            ppo.logprobs_of(logits, tokens), ppo.logprobs_of(ref_logits, tokens), ppo.full_kl(logits, ref_logits),
+            ppo.entropy_from_logits(logits)),
+        "experience: response_statistics": lambda: ppo.response_statistics(logits, ref_logits, tokens),
+        "experience: response_statistics, compiled": lambda: statistics(logits, ref_logits, tokens),
+        "update: logprobs_of, forward + backward": lambda: update(ppo.logprobs_of),
+        "update: token_logprobs compiled, forward + backward": lambda: update(token_logprobs),
     }
+    results = {name: way() for name, way in ways.items()}  # warm-up (compilation), and the values compared below
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
-    for way in ways.values():
-        way()  # warm-up
     for round_ in range(2):  # both orders' worth: each way twice, alternating
         for name, way in ways.items():
             sync()
@@ -41,7 +58,12 @@ def main() -> None:
             for _ in range(args.repeats):
                 way()
             sync()
-            print(f"round {round_}: {name}: {(time.perf_counter() - start) / args.repeats * 1e3:.1f} ms")
+            print(f"round {round_}: {name}: {(time.perf_counter() - start) / args.repeats * 1e3:.2f} ms")
+    pairs = [("experience: response_statistics, compiled", "experience: response_statistics"),
+             ("update: token_logprobs compiled, forward + backward", "update: logprobs_of, forward + backward")]
+    for compiled, eager in pairs:
+        diffs = [(a.float() - b.float()).abs().max().item() for a, b in zip(results[compiled], results[eager])]
+        print(f"{compiled} against eager: largest |difference| per output {['%.3g' % d for d in diffs]}")
 
 
 if __name__ == "__main__":

@@ -177,3 +177,33 @@ def test_response_statistics_equal_the_separate_functions_bit_for_bit():
             ppo.entropy_from_logits(logits))
     for a, b in zip(got, want):
         assert a.shape == (3, 5) and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_token_logprobs_equal_the_log_softmax_ones_with_their_gradients(compiled):
+    """ppo.fused_vocab's update path: logit less log-sum-exp, eager or compiled as on a GPU (here inductor on the
+    CPU), against trl's log-softmax and gather, values and gradients, from bf16 logits as autocast hands them over."""
+    torch.manual_seed(0)
+    logits = (torch.randn(3, 5, 67) * 3).bfloat16().requires_grad_()
+    tokens = torch.randint(0, 67, (3, 5))
+    weights = torch.randn(3, 5)
+    fn = torch.compile(ppo.token_logprobs, dynamic=True) if compiled else ppo.token_logprobs
+    got = fn(logits, tokens)
+    (grad,) = torch.autograd.grad((got * weights).sum(), logits)
+    want = ppo.logprobs_of(logits, tokens)
+    (want_grad,) = torch.autograd.grad((want * weights).sum(), logits)
+    assert got.dtype == torch.float32 and got.shape == (3, 5)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+    assert grad.dtype == torch.bfloat16
+    torch.testing.assert_close(grad.float(), want_grad.float(), rtol=1e-2, atol=1e-3)  # bf16: one rounding step
+    if compiled:  # another response length: the same compiled function, no new one (dynamic shapes)
+        fn(logits[:, :3], tokens[:, :3])
+
+
+def test_compiled_response_statistics_equal_the_eager_ones():
+    torch.manual_seed(0)
+    logits, ref_logits = (torch.randn(3, 5, 67) * 3).bfloat16(), (torch.randn(3, 5, 67) * 3).bfloat16()
+    tokens = torch.randint(0, 67, (3, 5))
+    got = torch.compile(ppo.response_statistics, dynamic=True)(logits, ref_logits, tokens)
+    for a, b in zip(got, ppo.response_statistics(logits, ref_logits, tokens)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
