@@ -73,7 +73,8 @@ def make_experience(
     chunk = cfg.forward_batch_size or len(rollout.prompts)
     parts = []
     for start in range(0, len(rollout.prompts), chunk):
-        part = rollout.select(torch.arange(start, min(start + chunk, len(rollout.prompts)), device=device))
+        end = min(start + chunk, len(rollout.prompts))
+        part = rollout.select(torch.arange(start, end, device=device), list(range(start, end)))
         with autocast(device, cfg.mixed_precision):
             logits, values = forward_response(agent.forward_lm, part, agent.value_head)
             ref_logits, _ = forward_response(ref_lm, part)
@@ -115,12 +116,16 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     skipped = skipped_steps = 0
     stats_acc = []
     for epoch in range(cfg.ppo_epochs):
-        order = torch.randperm(B, generator=generator).to(device)
+        # drawn on the host, where the mini-batches' texts are picked, and copied to the device without a host sync
+        order = torch.randperm(B, generator=generator)
+        order_on_device = order.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else order
         for start in range(0, B, cfg.backward_batch_size):
-            backward_idx = order[start : start + cfg.backward_batch_size]
+            backward_idx = order_on_device[start : start + cfg.backward_batch_size]
+            backward_rows = order[start : start + cfg.backward_batch_size]
             for mb_start in range(0, len(backward_idx), cfg.mini_batch_size):
                 idx = backward_idx[mb_start : mb_start + cfg.mini_batch_size]
-                loss, stats, ratio, finite = _minibatch_loss(agent, exp, idx)
+                rows = backward_rows[mb_start : mb_start + cfg.mini_batch_size].tolist()
+                loss, stats, ratio, finite = _minibatch_loss(agent, exp, idx, rows)
                 if not finite and cfg.on_nonfinite == "error":
                     raise NonFiniteError(f"non-finite PPO loss (policy {stats['policy_loss'].item()}, value "
                                          f"{stats['value_loss'].item()}) in epoch {epoch}, mini-batch starting at "
@@ -169,9 +174,9 @@ def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
         raise NonFiniteError(f"non-finite {', '.join(bad)} in the experience (forward passes, scores, GAE)")
 
 
-def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor):
+def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor, rows: list[int]):
     cfg = agent.cfg
-    part = exp.rollout.select(idx)
+    part = exp.rollout.select(idx, rows)
     mask = part.response_mask.float()
     with autocast(agent.device, cfg.mixed_precision):
         logits, values = forward_response(agent.forward_lm, part, agent.value_head)

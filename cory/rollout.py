@@ -43,9 +43,10 @@ class Rollout:
     def response_lengths(self) -> torch.Tensor:  # (B,)
         return self.response_mask.sum(1)
 
-    def select(self, index: torch.Tensor) -> "Rollout":
-        """The sub-batch at `index` (a 1-D tensor of row indices)."""
-        rows = index.tolist()
+    def select(self, index: torch.Tensor, rows: list[int] | None = None) -> "Rollout":
+        """The sub-batch at `index` (a 1-D tensor of row indices); `rows`, the same indices as a list, picks the texts
+        without reading a device's `index` back (a host sync)."""
+        rows = index.tolist() if rows is None else rows
         return Rollout(
             self.prompt_ids[index],
             self.prompt_mask[index],
