@@ -73,8 +73,7 @@ def make_experience(
     chunk = cfg.forward_batch_size or len(rollout.prompts)
     parts = []
     for start in range(0, len(rollout.prompts), chunk):
-        end = min(start + chunk, len(rollout.prompts))
-        part = rollout.select(torch.arange(start, end, device=device), list(range(start, end)))
+        part = rollout.select(torch.arange(start, min(start + chunk, len(rollout.prompts))))  # a host index: no sync
         with autocast(device, cfg.mixed_precision):
             logits, values = forward_response(agent.forward_lm, part, agent.value_head)
             ref_logits, _ = forward_response(ref_lm, part)
@@ -107,7 +106,6 @@ def make_experience(
 def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None = None) -> dict[str, float]:
     """PPO epochs over shuffled mini-batches, then the KL controller update. Returns the step's statistics."""
     cfg = agent.cfg
-    device = agent.device
     B = exp.scores.shape[0]
     # trl computes the update's log-probs and values with the same batched_forward_pass, in eval mode: ppo.dropout
     # "trl" (and "none") update without dropout; only "update" drops here.
@@ -116,16 +114,12 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     skipped = skipped_steps = 0
     stats_acc = []
     for epoch in range(cfg.ppo_epochs):
-        # drawn on the host, where the mini-batches' texts are picked, and copied to the device without a host sync
-        order = torch.randperm(B, generator=generator)
-        order_on_device = order.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else order
+        order = torch.randperm(B, generator=generator)  # on the host: picking a mini-batch waits for no device
         for start in range(0, B, cfg.backward_batch_size):
-            backward_idx = order_on_device[start : start + cfg.backward_batch_size]
-            backward_rows = order[start : start + cfg.backward_batch_size]
+            backward_idx = order[start : start + cfg.backward_batch_size]
             for mb_start in range(0, len(backward_idx), cfg.mini_batch_size):
                 idx = backward_idx[mb_start : mb_start + cfg.mini_batch_size]
-                rows = backward_rows[mb_start : mb_start + cfg.mini_batch_size].tolist()
-                loss, stats, ratio, finite = _minibatch_loss(agent, exp, idx, rows)
+                loss, stats, ratio, finite = _minibatch_loss(agent, exp, idx)
                 if not finite and cfg.on_nonfinite == "error":
                     raise NonFiniteError(f"non-finite PPO loss (policy {stats['policy_loss'].item()}, value "
                                          f"{stats['value_loss'].item()}) in epoch {epoch}, mini-batch starting at "
@@ -174,13 +168,15 @@ def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
         raise NonFiniteError(f"non-finite {', '.join(bad)} in the experience (forward passes, scores, GAE)")
 
 
-def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor, rows: list[int]):
+def _minibatch_loss(agent: Agent, exp: Experience, rows: torch.Tensor):
+    """The PPO loss of the mini-batch at `rows` (a host index), its statistics, its mean ratio, whether it is finite."""
     cfg = agent.cfg
-    part = exp.rollout.select(idx, rows)
+    part = exp.rollout.select(rows)
+    idx = rows.to(agent.device, non_blocking=True)
     mask = part.response_mask.float()
     with autocast(agent.device, cfg.mixed_precision):
         logits, values = forward_response(agent.forward_lm, part, agent.value_head)
-    logprobs = vocabulary_pass(ppo.token_logprobs, cfg, logits)(logits, part.response_ids)
+    logprobs = vocabulary_pass(ppo.token_logprobs, cfg, logits, eager=ppo.logprobs_of)(logits, part.response_ids)
     pg_loss, pg_stats = ppo.policy_loss(logprobs, exp.logprobs[idx], exp.advantages[idx], mask, cfg.cliprange)
     vf_loss, vf_stats = ppo.value_loss(values.float(), exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value)
     loss = pg_loss + cfg.vf_coef * vf_loss
@@ -196,12 +192,12 @@ def _minibatch_loss(agent: Agent, exp: Experience, idx: torch.Tensor, rows: list
     return loss, stats, ratio, finite == 1.0
 
 
-def vocabulary_pass(fn, cfg, logits: torch.Tensor):
+def vocabulary_pass(fn, cfg, logits: torch.Tensor, eager=None):
     """`fn` (a pure function of (B, T, V) logits), compiled where ppo.fused_vocab asks for it and the logits are on a
-    GPU; else `fn` itself, or, for the update's log-probabilities, the log-softmax of trl's code (cory.ppo.logprobs_of)."""
+    GPU; else `eager` (the same values, written for eager kernels) or `fn` itself."""
     if cfg.fused_vocab and logits.is_cuda:
         return _compiled(fn)
-    return ppo.logprobs_of if fn is ppo.token_logprobs else fn
+    return eager or fn
 
 
 @functools.cache

@@ -43,10 +43,12 @@ class Rollout:
     def response_lengths(self) -> torch.Tensor:  # (B,)
         return self.response_mask.sum(1)
 
-    def select(self, index: torch.Tensor, rows: list[int] | None = None) -> "Rollout":
-        """The sub-batch at `index` (a 1-D tensor of row indices); `rows`, the same indices as a list, picks the texts
-        without reading a device's `index` back (a host sync)."""
-        rows = index.tolist() if rows is None else rows
+    def select(self, index: torch.Tensor) -> "Rollout":
+        """The sub-batch at `index` (a 1-D tensor of row indices). An index on the host picks the texts without
+        reading anything back from the device (a host sync), and goes to the device without waiting for it (a
+        non-blocking copy from pageable memory returns once CUDA has staged it)."""
+        rows = index.tolist()
+        index = index.to(self.response_ids.device, non_blocking=True)
         return Rollout(
             self.prompt_ids[index],
             self.prompt_mask[index],
