@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from cory.data import _read_package, clean_review
+from cory.data import IMDBDataConfig, load_imdb
 from cory.tokenizer import OFFLINE_GPT2, load_tokenizer
 from pipeline.profile import render
 
@@ -30,10 +30,10 @@ def main() -> None:
     template = render(args.profile)["tasks"]["imdb"]["observer_template"]
     tokenizer = load_tokenizer(OFFLINE_GPT2)
     rng = random.Random(0)
-    reviews = rng.sample(_read_package()["text"].astype(str).tolist(), args.samples)
+    reviews = rng.sample(load_imdb(IMDBDataConfig())["text"], args.samples)  # the offline reviews, cleaned
     pioneer, observer = [], []
     for review in reviews:
-        ids = tokenizer(clean_review(review), add_special_tokens=False)["input_ids"]
+        ids = tokenizer(review, add_special_tokens=False)["input_ids"]
         query_tokens, response_tokens = rng.randint(2, 8), rng.randint(4, 16)
         if len(ids) < query_tokens + response_tokens:
             continue
