@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -83,6 +84,10 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
         for _ in range(warmup):
             trainer.step(prompts, answers)
         warmup_seconds = time.perf_counter() - start
+        if barrier is not None:
+            # and every process is past its warm-up (compilations take each a different time): the timed iterations
+            # run side by side, not beside another process's compilation
+            barrier.wait()
         rows = []
         start = time.perf_counter()
         for _ in range(iterations):
@@ -131,9 +136,11 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="e.g. ppo.mixed_precision=false")
     args = parser.parse_args()
 
-    from pipeline.gpus import mps_daemon
+    from pipeline.gpus import mps_daemon, visible_gpus, worker_gpus
 
-    with mps_daemon(args.mps):  # started before this process's CUDA context, so that it is a client too
+    with mps_daemon(args.mps) as under_mps:  # started before this process's CUDA context, so that it is a client too
+        if under_mps and "CUDA_VISIBLE_DEVICES" in os.environ:  # its clients name its GPUs by position (worker_gpus)
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(worker_gpus(visible_gpus(), True))
         run(args)
 
 
