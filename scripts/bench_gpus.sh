@@ -18,8 +18,13 @@ profile=$(python3 -c "import yaml; print(yaml.safe_load(open('params.yaml'))['pr
 : > /tmp/bench-gpus.times   # "GPUS SECONDS" per training, this call's only
 train_copy() {  # train_copy SOURCE GPUS GROUPS...: train in a copy of SOURCE without its runs; its time to the list
   local source=$1 gpus=$2 copy=/tmp/bench-gpus-${2//,/_} start; shift 2
-  rm -rf "$copy" && cp -a "$source" "$copy"
-  rm -rf "$copy/outputs/$profile/runs" "$copy/checkpoints"
+  # without its runs and checkpoints: a BESIDE source is training while it is copied, its checkpoints gigabytes that
+  # are written and replaced as it goes. (2026-11-28, with a plain `cp -a` of it: the two GPUs stayed idle for the
+  # 230 s the call lasted after the source's train stage began, with nothing in the log: still copying, most likely)
+  rm -rf "$copy" && mkdir -p "$copy"
+  # (tar's status 1: a file changed while it was read, such as the source's log or MLflow database; not an error here)
+  { tar -C "$source" --exclude="./outputs/$profile/runs" --exclude=./checkpoints --warning=no-file-changed -cf - . ||
+    [ $? -eq 1 ]; } | tar -C "$copy" -xf -
   start=$(date +%s.%N)
   (cd "$copy" && CUDA_VISIBLE_DEVICES=$gpus python3 -m pipeline.train "$@" > train.log 2>&1)
   echo "$gpus $(python3 -c "import time; print(time.time() - $start)")" >> /tmp/bench-gpus.times
