@@ -163,10 +163,10 @@ def build_agents(cfg: TrainConfig, lm) -> tuple[list[Agent], object]:
     return [Agent(n, shared, cfg.ppo, adapter=n) for n in names], AdaptersDisabled(shared)
 
 
-def compiled(lm):
-    """`lm` under torch.compile with dynamic shapes (batch and sequence lengths change every iteration): a callable
-    that shares its weights."""
-    return torch.compile(lm, dynamic=True)
+def compiled(fn):
+    """`fn` (a model, or a function of tensors) under torch.compile with dynamic shapes (batch and sequence lengths
+    change every iteration); a model's compiled callable shares its weights."""
+    return torch.compile(fn, dynamic=True)
 
 
 def lora_config(rank: int, alpha: float):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from cory import ppo
-from cory.agents import Agent
+from cory.agents import Agent, compiled
 from cory.rollout import Rollout, autocast, forward_response
 
 
@@ -171,8 +171,8 @@ def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
 def _minibatch_loss(agent: Agent, exp: Experience, rows: torch.Tensor):
     """The PPO loss of the mini-batch at `rows` (a host index), its statistics, its mean ratio, whether it is finite."""
     cfg = agent.cfg
-    part = exp.rollout.select(rows)
     idx = rows.to(agent.device, non_blocking=True)
+    part = exp.rollout.select(rows, on_device=idx)
     mask = part.response_mask.float()
     with autocast(agent.device, cfg.mixed_precision):
         logits, values = forward_response(agent.forward_lm, part, agent.value_head)
@@ -200,10 +200,7 @@ def vocabulary_pass(fn, cfg, logits: torch.Tensor, eager=None):
     return eager or fn
 
 
-@functools.cache
-def _compiled(fn):
-    # once per process: batch, response length and vocabulary vary between calls and runs (dynamic shapes)
-    return torch.compile(fn, dynamic=True)
+_compiled = functools.cache(compiled)  # once per process: shapes vary between calls and runs (dynamic shapes)
 
 
 def _to(rollout: Rollout, device: torch.device) -> Rollout:

@@ -43,12 +43,13 @@ class Rollout:
     def response_lengths(self) -> torch.Tensor:  # (B,)
         return self.response_mask.sum(1)
 
-    def select(self, index: torch.Tensor) -> "Rollout":
+    def select(self, index: torch.Tensor, on_device: torch.Tensor | None = None) -> "Rollout":
         """The sub-batch at `index` (a 1-D tensor of row indices). An index on the host picks the texts without
         reading anything back from the device (a host sync), and goes to the device without waiting for it (a
-        non-blocking copy from pageable memory returns once CUDA has staged it)."""
+        non-blocking copy from pageable memory returns once CUDA has staged it). `on_device`: that copy, where the
+        caller has made it already (it indexes other tensors by the same rows)."""
         rows = index.tolist()
-        index = index.to(self.response_ids.device, non_blocking=True)
+        index = index.to(self.response_ids.device, non_blocking=True) if on_device is None else on_device
         return Rollout(
             self.prompt_ids[index],
             self.prompt_mask[index],

@@ -24,6 +24,16 @@ def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] |
     return [p["question"] for p in problems], [p["answer"] for p in problems]
 
 
+def profile_params(name: str, folder: Path) -> Path:
+    """A profile rendered into `folder`/params.yaml, for the benchmarks to read through $CORY_PARAMS instead of the
+    committed params.yaml (e.g. the smoke profile's tiny models on a CPU)."""
+    from pipeline.profile import render
+
+    path = Path(folder) / "params.yaml"
+    path.write_text(yaml.safe_dump(render(name)))
+    return path
+
+
 def set_dotted(tree: dict[str, Any], item: str) -> dict[str, Any]:
     """Put one dotted KEY=VALUE setting (the value read as YAML, so it may hold commas: [4, 8]) into `tree`."""
     key, _, value = item.partition("=")

@@ -18,6 +18,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from scripts.common import profile_params
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,13 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.profile:
-            import yaml
-
-            from pipeline.profile import render
-
-            params = Path(tmp) / "params.yaml"
-            params.write_text(yaml.safe_dump(render(args.profile)))
-            os.environ["CORY_PARAMS"] = str(params)
+            os.environ["CORY_PARAMS"] = str(profile_params(args.profile, Path(tmp)))
         from torch._dynamo.utils import counters
 
         from cory.trainer import Trainer

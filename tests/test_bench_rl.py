@@ -35,14 +35,10 @@ def test_concurrent_processes_start_their_timed_iterations_together(tmp_path, mo
     """Each process waits twice: once its models are built, and once its warm-up (where compilations happen, each of
     its own length) is over, so that the processes' timed iterations run side by side and none is timed partly alone
     (which once made a compiled variant look 2.1x faster instead of 1.17x)."""
-    import yaml
-
-    from pipeline.profile import render
     from scripts.bench_rl import time_iterations
+    from scripts.common import profile_params
 
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump(render("smoke")))
-    monkeypatch.setenv("CORY_PARAMS", str(params))
+    monkeypatch.setenv("CORY_PARAMS", str(profile_params("smoke", tmp_path)))
     barrier = CountingBarrier()
     result = time_iterations("math", "ppo", iterations=1, warmup=1, barrier=barrier)
     assert barrier.waits == 2
