@@ -161,3 +161,71 @@ def test_a_daemon_that_a_killed_stage_left_is_quit_before_a_new_one_starts(tmp_p
         pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
     assert log.read_text().splitlines() == [f"quit -t 10 {stale / 'pipe'}", f"start {pipe}", f"quit -t 10 {pipe}"]
     assert not stale.exists() and running.exists()  # a daemon whose stage still runs is left alone
+
+
+def pool_job(name: str, compile: bool, n_agents: int = 2, model: str = "m"):
+    return SimpleNamespace(name=name, model=model, train=SimpleNamespace(
+        ppo=SimpleNamespace(compile=compile), cory=SimpleNamespace(n_agents=n_agents)))
+
+
+def test_compiled_runs_wait_for_their_groups_warm_up_while_the_others_train(monkeypatch):
+    """Three slots: the (m, 2 agents) group's warm-up holds back its two runs but not the lone compiled PPO run (a
+    group of one compiles for itself) nor the uncompiled runs, which train meanwhile; no more than three jobs at once."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = [pool_job("cory/seed0", True), pool_job("cory/seed1", True), pool_job("ppo/seed0", True, n_agents=1)]
+    todo += [pool_job(f"imdb/seed{i}", False) for i in range(4)]
+    events, lock, running, at_once = [], threading.Lock(), [0], []
+    other_started = threading.Event()
+
+    def record(event):
+        with lock:
+            events.append(event)
+
+    def warm_up_job(job, threads):
+        record(("warm-up start", job.name, threads))
+        assert other_started.wait(5)  # the uncompiled runs do not wait for the warm-up
+        time.sleep(0.05)
+        record(("warm-up end", job.name))
+        return 1.0
+
+    def run_job(job, *settings):
+        with lock:
+            running[0] += 1
+            events.append(("start", job.name))
+            at_once.append((len(events), running[0]))
+        if not job.train.ppo.compile:
+            other_started.set()
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return {"run": job.name}
+
+    monkeypatch.setattr(train, "warm_up_job", warm_up_job)
+    monkeypatch.setattr(train, "run_job", run_job)
+    with ThreadPoolExecutor(3) as pool:
+        summaries, failed = train.run_queue(pool, todo, ("profile",), slots=3, cores=16)
+    assert failed == {} and sorted(s["run"] for s in summaries) == sorted(job.name for job in todo)
+    assert [e for e in events if e[0] == "warm-up start"] == [("warm-up start", "cory/seed0", 14)]  # 16 cores - 2 other slots
+    warmed = events.index(("warm-up end", "cory/seed0"))
+    assert events.index(("start", "cory/seed0")) > warmed and events.index(("start", "cory/seed1")) > warmed
+    assert events.index(("start", "ppo/seed0")) < warmed and events.index(("start", "imdb/seed0")) < warmed
+    assert max(n for at, n in at_once if at <= warmed) <= 2  # the warm-up holds the third slot while it runs
+    assert max(n for at, n in at_once) <= 3
+
+
+def test_a_failed_warm_up_only_costs_its_runs_their_own_compilation(monkeypatch, capsys):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def warm_up_job(job, threads):
+        raise RuntimeError("inductor: out of memory")
+
+    monkeypatch.setattr(train, "warm_up_job", warm_up_job)
+    monkeypatch.setattr(train, "run_job", lambda job, *settings: {"run": job.name})
+    todo = [pool_job(f"cory/seed{i}", True) for i in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        summaries, failed = train.run_queue(pool, todo, ("profile",), slots=2, cores=2)
+    assert failed == {} and len(summaries) == 2
+    assert "the warm-up of cory/seed0's compilation failed (RuntimeError: inductor: out of memory)" in capsys.readouterr().out
