@@ -81,7 +81,7 @@ class Agent:
             nn.init.zeros_(self.value_head.summary.bias)
         # The callable of the experience's and update's forward passes: the LM itself, or compiled (ppo.compile;
         # it shares the LM's weights, and sampling keeps the LM's own forward).
-        self.forward_lm = compiled(lm) if cfg.compile else lm
+        self.forward_lm = compiled_forward(lm, cfg.compile)
         self.reset_training_state()
 
     def activate(self) -> None:
@@ -156,7 +156,7 @@ def build_agents(cfg: TrainConfig, lm) -> tuple[list[Agent], object]:
     names = [f"llm{i + 1}" for i in range(cfg.cory.n_agents)]
     if cfg.lora_rank is None:
         reference = frozen_reference(lm)
-        reference = compiled(reference) if cfg.ppo.compile else reference
+        reference = compiled_forward(reference, cfg.ppo.compile)
         copies = [lm] + [copy.deepcopy(lm) for _ in names[1:]]
         return [Agent(n, c, cfg.ppo) for n, c in zip(names, copies)], reference
     shared = with_lora_adapters(lm, names, cfg.lora_rank, cfg.lora_alpha)
@@ -167,6 +167,39 @@ def compiled(fn):
     """`fn` (a model, or a function of tensors) under torch.compile with dynamic shapes (batch and sequence lengths
     change every iteration); a model's compiled callable shares its weights."""
     return torch.compile(fn, dynamic=True)
+
+
+def compiled_forward(lm, mode: bool | str):
+    """The callable of an LM's experience and update forward passes under `ppo.compile`'s `mode`: False, the LM
+    itself; True, the whole forward pass as one graph (`compiled`); "regional", the LM whose transformer blocks run
+    compiled during the call (`RegionalForward`)."""
+    if not mode:
+        return lm
+    return compiled(lm) if mode is True else RegionalForward(lm)
+
+
+class RegionalForward:
+    """An LM's forward pass with each transformer block compiled: one graph that every block reuses (dynamo lifts a
+    block's weights to inputs), so a process compiles one block's forward and backward instead of the whole model's,
+    and the embedding, final norm and output layer stay eager. The blocks run compiled only inside this call: sampling
+    (and the reference's copy, if any) calls the same blocks eagerly or through a compiled decoding step of its own."""
+
+    def __init__(self, lm):
+        lists = [m for m in lm.base_model.children() if isinstance(m, nn.ModuleList)]  # GPT-2: .h; Llama: .layers
+        if not lists:
+            raise ConfigError(f"ppo.compile: 'regional' compiles each block of a model's list of blocks, and "
+                              f"{type(lm.base_model).__name__} has none; use true or false")
+        self.lm, self.blocks = lm, list(lists[0])
+        self.calls = [compiled(block._call_impl) for block in self.blocks]
+
+    def __call__(self, *args, **kwargs):
+        for block, call in zip(self.blocks, self.calls):
+            block._compiled_call_impl = call  # what nn.Module.compile sets; nn.Module.__call__ then runs it
+        try:
+            return self.lm(*args, **kwargs)
+        finally:
+            for block in self.blocks:
+                block._compiled_call_impl = None
 
 
 def lora_config(rank: int, alpha: float):

@@ -215,11 +215,13 @@ class PPOConfig:
     update's token log-probabilities (cory.ppo.token_logprobs: the token's logit less the log-sum-exp), so that they
     run as a few fused kernels reading the bf16 logits instead of a dozen memory-bound passes over fp32 copies of
     (B, T, V) tensors. The same values up to float rounding; what it saves grows with the vocabulary (GPT-2's 50,257)."""
-    compile: bool = False
+    compile: bool | Literal["regional"] = False
     """torch.compile (dynamic shapes) the policy's, value head's and reference's forward passes of the experience and
     the update (not sampling: `generation.cache` "static" compiles that). Fuses a small model's many small kernels,
     where a step is bound by launches, at the price of a compilation in each process (cached on disk between them).
-    Full fine-tuning only (not with train.lora_rank)."""
+    true: the whole forward pass as one graph; "regional": each transformer block, one graph that every block of the
+    model reuses (cory.agents.RegionalForward), so a process compiles one block instead of the whole model, and the
+    embedding, final norm and output layer run eagerly. Full fine-tuning only (not with train.lora_rank)."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings."""
 

@@ -310,24 +310,28 @@ def test_on_nonfinite_skip_drops_the_nan_samples_and_keeps_learning(samples_per_
 
 
 def test_compiled_forward_passes_give_the_eager_experience_and_update():
-    """ppo.compile: the experience and the update run through torch.compile'd copies of the policy and the
-    reference that share their weights: the same log-probs, values and updated weights as eager, up to rounding."""
+    """ppo.compile (true: the whole forward pass; "regional": each transformer block): the experience and the update
+    run through torch.compile'd callables of the policy and the reference that share their weights: the same
+    log-probs, values and updated weights as eager, up to rounding."""
     from cory.agents import build_agents
 
     results = []
-    for compile in (False, True):
+    for compile in (False, True, "regional"):
         torch.manual_seed(0)
         cfg = TrainConfig(seed=0, ppo=PPOConfig(batch_size=4, mini_batch_size=2, dropout="none", compile=compile),
                           cory=CORYConfig(n_agents=1))
         (agent,), reference = build_agents(cfg, tiny_lm())
-        assert (agent.forward_lm is agent.lm) != compile
+        assert (agent.forward_lm is agent.lm) != bool(compile)
         exp = make_experience(agent, reference, fixed_rollout(), torch.tensor([1.0, 0.0, -1.0, 0.5]))
         ppo_update(agent, exp, torch.Generator().manual_seed(0))
         after = make_experience(agent, reference, fixed_rollout(), torch.tensor([1.0, 0.0, -1.0, 0.5]))
+        # regional: the blocks ran compiled inside the forward passes only; sampling finds them eager
+        assert all(block._compiled_call_impl is None for block in agent.lm.base_model.h)
         results.append((exp.logprobs, exp.values, after.logprobs, after.values, *agent.lm.parameters()))
     assert not torch.equal(results[0][0], results[0][2])  # the update moved the policy
-    for eager, compiled in zip(*results):
-        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    for eager, *compiled in zip(*results):
+        for each in compiled:
+            torch.testing.assert_close(each, eager, rtol=1e-5, atol=1e-6)
 
 
 def test_an_aligned_lm_head_trains_as_the_plain_one():
