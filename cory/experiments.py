@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -356,21 +355,6 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     if tracker is not None:
         tracker.log_samples(run_dir / "samples.jsonl", job.train.iterations)
     return summary
-
-
-def warm_up(job: Job, device: str) -> float:
-    """Train a throwaway copy of `job` for one iteration in a temporary folder (nothing of it lasts, nothing is logged)
-    and return its seconds. What a run compiles in its first iteration (its `ppo.compile` graphs, its graph decoders)
-    lands in inductor's and Triton's on-disk caches, where the runs of the same shapes started afterwards load it
-    instead of each compiling it again: pipeline.train starts a warm-up before the runs that share its compilation
-    (in the default profile, 12 math processes compiling at once on 16 cores took 62 s each for their first
-    iteration, while the GPU idled)."""
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="cory-warm-up-") as tmp:
-        throwaway = replace(job, train=replace(job.train, iterations=1), run_dir=tmp, checkpoint_dir=tmp,
-                            save_models=False)
-        run_training(throwaway, device)
-    return time.perf_counter() - start
 
 
 def parse_experiment(params: dict, group: str) -> tuple[ExperimentConfig, TaskConfig]:

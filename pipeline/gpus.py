@@ -178,19 +178,14 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def settle(future: Future, name: str, who: str, results: list, failed: dict[str, str]) -> None:
-    """A finished future's result into `results`, or its error line into `failed`, said as it happens."""
-    try:
-        results.append(future.result())
-    except Exception as exc:  # noqa: BLE001 - reported with every other failure when all are done
-        failed[name] = error_line(exc)
-        print(f"[{who}] {name} FAILED: {failed[name]}", flush=True)
-
-
 def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, str]]:
     """(results of the futures that finished, {name: error line} of those that failed), in the order they end; each
     failure is said as it happens, and the others run on."""
     results, failed = [], {}
     for future in as_completed(futures):
-        settle(future, futures[future], who, results, failed)
+        try:
+            results.append(future.result())
+        except Exception as exc:  # noqa: BLE001 - reported with every other failure when all are done
+            failed[futures[future]] = error_line(exc)
+            print(f"[{who}] {futures[future]} FAILED: {failed[futures[future]]}", flush=True)
     return results, failed

@@ -15,9 +15,6 @@ their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see
 MLflow run.
 Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes, drawn from one pool
 across all groups (longest first) so the GPU never waits for the stragglers of one group before the next starts.
-Runs whose forward passes are compiled (`ppo.compile`) wait for one throwaway iteration of their compile group that
-fills the on-disk compile caches (`run_queue`), while the other runs train; each then loads its graphs instead of
-compiling them at the same time as all the others.
 With several GPUs visible (CUDA_VISIBLE_DEVICES, or all that torch sees), the pool has `runtime.workers` processes
 per GPU, each pinned to one GPU round-robin; `runtime.executor: ray` sends the runs to a Ray cluster instead. A run
 that fails stops alone: the others finish, and the stage then
@@ -32,8 +29,6 @@ import json
 import os
 import shutil
 import sys
-from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,7 +39,7 @@ from pipeline.common import (
     ROOT, code_digest, content_digest, device, load_params, out_dir, profile, require_device, run_stage, section, seeds,
     stage_timer, write_json,
 )
-from pipeline.gpus import error_line, mps_daemon, settle, visible_gpus, worker_gpus, worker_pool
+from pipeline.gpus import error_line, gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
 from pipeline.params import RuntimeConfig
 
 
@@ -100,85 +95,8 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str]) -> 
             except Exception as exc:  # noqa: BLE001 - reported, with every other failure, when all runs are done
                 failed[job.name] = error_line(exc)
         return summaries, failed
-    slots = workers * max(1, len(gpus))
-    with worker_pool(slots, gpus) as pool:
-        return run_queue(pool, todo, settings, slots, len(os.sched_getaffinity(0)))
-
-
-def compile_group(job: Job) -> tuple | None:
-    """What the runs that compile the same graphs (ppo.compile) share: the base model and the number of agents (the
-    observer's prompts also hold the pioneer's answer). None for a run whose forward passes are not compiled: its
-    graph decoders compile in seconds, not the minute of a run's update and experience graphs."""
-    return (job.model, job.train.cory.n_agents) if job.train.ppo.compile else None
-
-
-def warm_ups(todo: list[Job]) -> dict[tuple, Job]:
-    """{compile group: the first (longest) of its jobs} for each compile group of two runs or more: one throwaway
-    iteration of that job (cory.experiments.warm_up) fills the on-disk compile caches before the group's runs start.
-    A group of one run compiles for itself."""
-    sizes = Counter(compile_group(job) for job in todo)
-    first: dict[tuple, Job] = {}
-    for job in todo:
-        if compile_group(job) is not None and sizes[compile_group(job)] > 1:
-            first.setdefault(compile_group(job), job)
-    return first
-
-
-def warm_up_job(job: Job, threads: int) -> float:
-    """A pool task: cory.experiments.warm_up of `job` with `threads` compile workers (the warm-up's compilation holds
-    back its group's runs, while each run's own has one core), then the GPU memory it held goes back to the device
-    for the runs this process trains next. Returns its seconds."""
-    import gc
-
-    import torch
-    import torch._inductor.config as inductor
-
-    from cory.experiments import warm_up
-
-    before, inductor.compile_threads = inductor.compile_threads, threads
-    try:
-        seconds = warm_up(job, device())
-    finally:
-        inductor.compile_threads = before
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    print(f"[train] warm-up of {job.name}'s compilation: {seconds:.0f} s", flush=True)
-    return seconds
-
-
-def run_queue(pool: Executor, todo: list[Job], settings: tuple, slots: int, cores: int
-              ) -> tuple[list[dict], dict[str, str]]:
-    """run_all's contract on `pool`, `slots` jobs at a time: first one warm-up per compile group (`warm_ups`, each
-    with its share of the cores the other slots leave), and beside them the longest jobs that do not wait for one; a
-    group's runs start, longest first, in the slots that free up after its warm-up ended (a failed warm-up only costs
-    them their own compilation). Every job is handed to the pool when it may start, never queued behind one that may
-    not: the GPU trains the other runs while the compile caches fill."""
-    leaders = warm_ups(todo)
-    threads = max(1, (cores - (slots - len(leaders))) // max(1, len(leaders)))
-    cold = set(leaders)  # compile groups whose warm-up has not ended
-    running: dict[Future, tuple[str, tuple | None]] = {
-        pool.submit(warm_up_job, job, threads): (job.name, key) for key, job in leaders.items()}
-    queue = list(todo)
-    summaries: list[dict] = []
-    failed: dict[str, str] = {}
-    while queue or running:
-        while len(running) < slots:
-            job = next((job for job in queue if compile_group(job) not in cold), None)
-            if job is None:
-                break
-            queue.remove(job)
-            running[pool.submit(run_job, job, *settings)] = (job.name, None)
-        done, _ = wait(running, return_when=FIRST_COMPLETED)
-        for future in done:
-            name, warmed = running.pop(future)
-            if warmed is not None:
-                cold.discard(warmed)
-                if future.exception() is not None:
-                    print(f"[train] the warm-up of {name}'s compilation failed ({error_line(future.exception())}); "
-                          "its group's runs compile for themselves", flush=True)
-                continue
-            settle(future, name, "train", summaries, failed)
+    with worker_pool(workers * max(1, len(gpus)), gpus) as pool:
+        summaries, failed = gather({pool.submit(run_job, job, *settings): job.name for job in todo}, "train")
     return summaries, failed
 
 

@@ -115,20 +115,3 @@ def test_the_probe_leaves_training_as_it_is(task, tmp_path, n_agents):
     for agent in ["llm1", "llm2"][:n_agents]:
         a = (tmp_path / f"plain/ckpt/{agent}/model.safetensors").read_bytes()
         assert (tmp_path / f"probed/ckpt/{agent}/model.safetensors").read_bytes() == a
-
-
-def test_a_warm_up_trains_one_throwaway_iteration_and_leaves_nothing(task, tmp_path, monkeypatch):
-    """pipeline.train's warm-up of a compile group: the run's first iteration (what it compiles there lands in the
-    on-disk caches), with no run folder, checkpoint or weights left behind."""
-    from cory.experiments import warm_up
-
-    real_step, steps = Trainer.step, []
-
-    def counted(self, *args, **kwargs):
-        steps.append(1)
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "step", counted)
-    assert warm_up(job(task, tmp_path, n_agents=2), "cpu") > 0
-    assert len(steps) == 1
-    assert list(tmp_path.iterdir()) == []
