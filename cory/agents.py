@@ -24,6 +24,7 @@ from torch import nn
 
 from cory.config import ConfigError, PPOConfig, TrainConfig
 from cory.ppo import AdaptiveKLController, FixedKLController, RunningMoments
+from cory.pretrain import transformer_blocks
 
 
 class ValueHead(nn.Module):
@@ -185,11 +186,7 @@ class RegionalForward:
     (and the reference's copy, if any) calls the same blocks eagerly or through a compiled decoding step of its own."""
 
     def __init__(self, lm):
-        lists = [m for m in lm.base_model.children() if isinstance(m, nn.ModuleList)]  # GPT-2: .h; Llama: .layers
-        if not lists:
-            raise ConfigError(f"ppo.compile: 'regional' compiles each block of a model's list of blocks, and "
-                              f"{type(lm.base_model).__name__} has none; use true or false")
-        self.lm, self.blocks = lm, list(lists[0])
+        self.lm, self.blocks = lm, transformer_blocks(lm, "ppo.compile")
         self.calls = [compiled(block._call_impl) for block in self.blocks]
 
     def __call__(self, *args, **kwargs):

@@ -171,6 +171,16 @@ def lm_loss(model, window: torch.Tensor, reduction: str = "mean", head=output_lo
     return head(hidden, model.get_output_embeddings().weight, window[:, 1:], reduction)
 
 
+def transformer_blocks(model, setting: str) -> list[torch.nn.Module]:
+    """The transformer blocks of a HF causal LM (its body's list of blocks: GPT-2's .h, Llama's .layers), which a
+    `setting: regional` compiles one by one; one ConfigError naming `setting` for a model without such a list."""
+    lists = [m for m in model.base_model.children() if isinstance(m, torch.nn.ModuleList)]
+    if not lists:
+        raise ConfigError(f"{setting}: 'regional' compiles each block of a model's list of blocks, and "
+                          f"{type(model.base_model).__name__} has none; use true or false")
+    return list(lists[0])
+
+
 @contextmanager
 def compiled_loss(model, mode: bool | str):
     """The loss function of `pretrain_lm` under `pretrain.compile`'s `mode`: False, eager; True, the whole loss (body,
@@ -182,11 +192,7 @@ def compiled_loss(model, mode: bool | str):
     elif mode is True:
         yield torch.compile(lm_loss)
     else:
-        lists = [m for m in model.base_model.children() if isinstance(m, torch.nn.ModuleList)]  # GPT-2: .h
-        if not lists:
-            raise ConfigError(f"pretrain.compile: 'regional' compiles each block of a model's list of blocks, and "
-                              f"{type(model.base_model).__name__} has none; use true or false")
-        blocks = lists[0]
+        blocks = transformer_blocks(model, "pretrain.compile")
         for block in blocks:
             block.compile()
         try:
