@@ -14,7 +14,8 @@ Runs go to outputs/<profile>/runs/<group>/<run>/seed<k>/ (histories, samples, co
 their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see cory.experiments); each run logs an
 MLflow run.
 Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes, drawn from one pool
-across all groups (longest first) so the GPU never waits for the stragglers of one group before the next starts.
+across all groups (longest first, see `start_order`) so the GPU never waits for the stragglers of one group before
+the next starts.
 With several GPUs visible (CUDA_VISIBLE_DEVICES, or all that torch sees), the pool has `runtime.workers` processes
 per GPU, each pinned to one GPU round-robin; `runtime.executor: ray` sends the runs to a Ray cluster instead. A run
 that fails stops alone: the others finish, and the stage then
@@ -218,6 +219,22 @@ def cost(job: Job) -> int:
     return job.train.cory.n_agents * job.train.iterations * job.train.ppo.generation.response_length[1]
 
 
+def start_order(jobs: list[Job], slots: int) -> list[Job]:
+    """The order the pool starts `jobs` in: longest first (`cost`), except that at most half of the first `slots`
+    (the runs that start together) compile their forward passes (`ppo.compile`). Such a run spends its first minute
+    compiling on its one core with the GPU idle; when every slot did that at once (the default profile's 12 math runs)
+    the GPU idled for the train stage's first 75 s. The other half trains meanwhile, and the compiled runs it displaced
+    start as slots free up, with inductor's caches warm from the first ones."""
+    def compiles(job: Job) -> bool:
+        return bool(job.train.ppo.compile)
+
+    first, later = [], []
+    for job in sorted(jobs, key=cost, reverse=True):
+        room = len(first) < slots and not (compiles(job) and sum(map(compiles, first)) >= max(1, slots // 2))
+        (first if room else later).append(job)
+    return first + later
+
+
 def main(argv: list[str]) -> None:
     params = load_params()
     require_device(params)
@@ -236,7 +253,6 @@ def main(argv: list[str]) -> None:
     check_prompts(jobs)
     code = code_digest("train")
     jobs = [replace(job, fingerprint=fingerprint(job, code)) for job in jobs]
-    jobs.sort(key=cost, reverse=True)
     runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
     checkpoints_root.mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
     # Every group's folder is ours when the stage runs them all: a group gone from params goes from the outputs too.
@@ -254,6 +270,7 @@ def main(argv: list[str]) -> None:
     with stage_timer(params, "train"):
         settings = (name, runtime.log_every, runtime.checkpoint_every, tasks)
         gpus = visible_gpus() if device() == "cuda" else []
+        todo = start_order(todo, runtime.workers * max(1, len(gpus)))
         if len(gpus) > 1:
             print(f"[train] {len(gpus)} GPUs: {runtime.workers} runs at once on each", flush=True)
         if runtime.executor == "ray":
