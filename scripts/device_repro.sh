@@ -14,10 +14,12 @@
 #   bash scripts/device_repro.sh log              # only the log into $OUT (a benchmark's or diagnostic's results)
 # (PROFILE=smoke switches the profile first; default: the committed params.yaml. RUN="bash scripts/diagnostics.sh
 # math-lr" runs that instead of `dvc repro`, the same way: a diagnostic longer than one call survives it.)
-# The lending tool gives a machine back 30 s after a call ends, so end every call with `collect` (whatever has
-# finished comes back even if the next call finds a bare machine) and send the next call at once:
-#   call 1: bash scripts/device_repro.sh start && bash scripts/device_repro.sh wait 500; bash scripts/device_repro.sh collect
-#   call 2: bash scripts/device_repro.sh wait 560; bash scripts/device_repro.sh collect        (repeat while running)
+# The lending tool gives a machine back 30 s after a call ends, so send the next call at once, and let a call that
+# is not the last pack nothing: its files travel back before its answer comes; with them (the 15 MB mlflow.db) three
+# of five repros lost their machine in the pause (one also after an error on the caller's side), without them neither
+# of the next two did. The price: a lost machine then returns nothing at all. The last call collects:
+#   call 1: bash scripts/device_repro.sh start && bash scripts/device_repro.sh wait 540
+#   call 2: bash scripts/device_repro.sh wait 540; bash scripts/device_repro.sh collect    (or wait alone, while running)
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
 # the log), so the run happens in a copy outside it, $WORK.
 # Two background jobs can share one machine: TAG names each (default "repro": WORK=/root/cory-repro, $OUT/repro.log
