@@ -31,7 +31,7 @@ case "$what" in
   math) bench --group math --run cory --iterations 3 --warmup 3 --profile --variant "$aligned" --variant "$fp32" \
           --variant "$dynamic" --variant "$compile" --variant "$aligned,$compile" ;;
   # (ppo.compile_mode reduce-overhead, CUDA graphs of the experience's and update's passes, measured 2026-11-27 and
-  # removed: no faster, and wrong with accumulated micro-batches over tied weights; README "Speed options")
+  # removed: no faster, and wrong with accumulated micro-batches over tied weights; docs/speed.md "Speed options")
   vocab)  # base_models.math.tokenizer: the profile's, and offline-gpt2 through a params copy ($CORY_PARAMS)
     full=$(mktemp --suffix .yaml)
     python3 -c "import sys, yaml; p = yaml.safe_load(open('params.yaml')); p['base_models']['math']['tokenizer'] = 'offline-gpt2'; yaml.safe_dump(p, open(sys.argv[1], 'w'))" "$full"
