@@ -282,13 +282,14 @@ def time_table(timings: list[dict]) -> list[str]:
         rows += [row("**first start to last end**", span)]
     else:
         rows += [row("**total**", total)]
-    return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)", "peak GPU memory (GiB)"], rows)
+    return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)",
+                   "peak GPU memory of the stage's own process (GiB)"], rows)
 
 
 def setup_markdown(inputs: Inputs) -> list[str]:
     """Models, reward model, hyperparameters (from the runs' config.json) and the time every stage took."""
     lines = ["## Setup", "", "### Base models (outputs/<profile>/metrics/base_models/)", ""]
-    keys = ("params", "param_ratio", "val_perplexity", "train_tokens", "epochs", "train_seconds")
+    keys = ("params", "param_ratio", "val_perplexity", "train_tokens", "epochs", "train_seconds", "peak_gpu_gib")
     rows = [[name, *(_num(metrics.get(k)) for k in keys)] for name, metrics in inputs.base_models.items()]
     lines += _table(["model", *keys], rows)
     lines += ["", "### Reward model (metrics/reward_model.json)", ""]
@@ -316,7 +317,8 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     lines += ["### Time", "", "Stage wall time (outputs/<profile>/metrics/timing/; the report stage not included; "
               "DVC's own hashing and caching and each stage's process start are outside every stage's time, and in the row "
               "'between the stages' where the stages recorded their clock times; DVC's start before the first stage "
-              "is in no row):", ""]
+              "is in no row. `base_models` and `train` run their models in worker processes, whose peak GPU memory "
+              "is in the base models' table above and the runs' table below):", ""]
     lines += time_table(inputs.timings)
     lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
               "runtime.workers of them at once on each GPU it sees), and where the time went (its `phase_seconds`, "

@@ -168,7 +168,8 @@ def write_fixture(outputs, seeds=(0, 1, 2), iterations=30, cory_kl=5.0, skip=(),
     write(outputs / "eval" / "passk.json", {
         "base": passk([0.10, 0.15, 0.20], ["none"]), "ppo": passk([0.12, 0.18, 0.25], seeds),
         "cory_llm1": passk([0.18, 0.25, 0.33], seeds), "cory_llm2": passk([0.17, 0.24, 0.32], seeds)})
-    write(outputs / "metrics" / "base_models" / "imdb_small.json", {"params": 29_000_000, "val_perplexity": 95.2})
+    write(outputs / "metrics" / "base_models" / "imdb_small.json",
+          {"params": 29_000_000, "val_perplexity": 95.2, "peak_gpu_gib": 31.25})
     write(outputs / "metrics" / "base_models" / "imdb_large.json", {"params": 58_000_000, "param_ratio": 2.0})
     write(outputs / "metrics" / "reward_model.json", {"accuracy": 0.91, "accuracy_prefix16": 0.7, "params": 29_000_000})
     write(outputs / "samples" / "base_models" / "imdb_small.json",
@@ -263,6 +264,10 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     assert report.count("**Verdict: held**") == len(claims)
     assert "| `ppo.batch_size` | 128 \\| not 256: time |" in report
     assert "| **total** | 360.5 |" in report and "29,000,000" in report and "ppo.init_kl_coef" in report
+    # a stage's own process and its workers' GPU memory are told apart: the base models' peak is in their table
+    assert "peak GPU memory of the stage's own process (GiB)" in report
+    assert "| model | params | param_ratio | val_perplexity | train_tokens | epochs | train_seconds | peak_gpu_gib |" in report
+    assert "31.25" in report
     # each run's time by phase, mean over seeds 0-2: iterations 8 + 1, samples and probes 1.5, checkpoints 1, rest 1.5
     assert "| imdb/cory | 13.00 ± 0.82 (3 seeds) | 9.0 / 1.5 / 1.0 / 1.5 |" in report
     for name in FIGURES:
