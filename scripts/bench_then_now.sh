@@ -7,7 +7,7 @@
 # The earlier commit is checked out beside this tree (git worktree, from the .git the lending tool sends with it);
 # its bench has no --warmup or --mps (it warms up 2 iterations and runs without MPS, as its train stage did with 14
 # processes), this tree's runs as the train stage does now (runtime.mps). On the lending tool, run `bash
-# scripts/device_repro.sh install` first. Results: both benches' outputs, in $OUT/bench_then_now.txt where OUT is set.
+# scripts/device_repro.sh install` first. Results: both benches' outputs, appended to $OUT/bench_then_now.txt where OUT is set.
 # (Checked on the CPU, 2026-11-29, WORKERS="" ITERATIONS=1: both benches run with torch 2.13 and transformers 5.24;
 # not yet run on a GPU.)
 set -euo pipefail
@@ -29,5 +29,5 @@ git worktree add -q --detach "$then_tree" "$then_commit"
   echo "== now: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' + uncommitted changes')" \
     "(python -m scripts.bench_rl --group $group --run $run --iterations $iterations --warmup 2 --workers $workers --mps)"
   python3 -m scripts.bench_rl --group "$group" --run "$run" --iterations "$iterations" --warmup 2 --workers $workers --mps
-} 2>&1 | grep --line-buffered -Ev "Loading|Writing" | tee ${log:-/dev/null}
+} 2>&1 | grep --line-buffered -Ev "Loading|Writing" | tee -a ${log:-/dev/null}
 git worktree remove --force "$then_tree"
