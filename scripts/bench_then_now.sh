@@ -14,7 +14,8 @@ set -euo pipefail
 group=${1:-imdb}
 run=${2:-cory}
 then_commit=${THEN:-40b46c7}
-workers=${WORKERS-12 14}  # WORKERS="" times one process alone
+workers=${WORKERS-12 14}  # WORKERS="" times one process alone (both sides without MPS: one process has no one to share with)
+mps=${workers:+--mps}
 iterations=${ITERATIONS:-6}
 log=${OUT:+$OUT/bench_then_now.txt}
 [ -n "${OUT:-}" ] && mkdir -p "$OUT"
@@ -27,7 +28,7 @@ git worktree add -q --detach "$then_tree" "$then_commit"
   echo "== then: commit $then_commit (python $bench --group $group --run $run --iterations $iterations --workers $workers)"
   (cd "$then_tree" && python3 $bench --group "$group" --run "$run" --iterations "$iterations" --workers $workers)
   echo "== now: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' + uncommitted changes')" \
-    "(python -m scripts.bench_rl --group $group --run $run --iterations $iterations --warmup 2 --workers $workers --mps)"
-  python3 -m scripts.bench_rl --group "$group" --run "$run" --iterations "$iterations" --warmup 2 --workers $workers --mps
+    "(python -m scripts.bench_rl --group $group --run $run --iterations $iterations --warmup 2 --workers $workers $mps)"
+  python3 -m scripts.bench_rl --group "$group" --run "$run" --iterations "$iterations" --warmup 2 --workers $workers $mps
 } 2>&1 | grep --line-buffered -Ev "Loading|Writing" | tee -a ${log:-/dev/null}
 git worktree remove --force "$then_tree"
