@@ -6,10 +6,11 @@
 # not slow PPO or CORY down at this shape, and the paper-scale issue for PPO <= 1.0 s and CORY <= 2.0x PPO.
 #   bash scripts/paper_then_now.sh [VARIANT ...]   # VARIANTs (comma-separated KEY=VALUE) run this tree again with them
 #   THEN=<commit> WARMUP=2 ITERATIONS=3 bash scripts/paper_then_now.sh
-# It takes about 10 minutes on one H200: longer than one call of the lending tool, so run it in the background there:
-#   TAG=paper RUN="OUT=/root/cory-paper/out bash scripts/paper_then_now.sh ppo.generation.cache=graph" \
-#     bash scripts/device_repro.sh start && TAG=paper bash scripts/device_repro.sh wait 540
-#   TAG=paper bash scripts/device_repro.sh wait 500; cp -r /root/cory-paper/out/. "$OUT/"
+# On one H200 it took 232 s with the defaults and one variant (stand-ins 15 s), 183 s with ITERATIONS=8 and 261 s with
+# 20 on the same warm machine: one call of the lending tool (after `bash scripts/device_repro.sh install`), e.g.
+#   bash scripts/device_repro.sh install && ITERATIONS=20 bash scripts/paper_then_now.sh ppo.generation.cache=graph
+# Since the paper profile samples with cache "graph" (2026-11-29), "ppo.generation.cache=static" is the variant to
+# compare with.
 # (SCALE=tiny DEVICE=cpu: the same steps at toy sizes, to try the script on a CPU, in a clone: it rewrites params.yaml)
 # Output: the timings on stdout and in $OUT/paper_then_now.txt, each side's JSON in $OUT/paper-<side>.json.
 set -euo pipefail
