@@ -8,6 +8,9 @@ Outputs, under outputs/<profile>/eval/:
 - passk.json (DVC metrics): {model: {"seeds": {seed: {k: pass@k}}, "mean": {k: ...}, "std": {k: ...}}}, mean and
   population std (ddof 0) over seeds; a folder without "{seed}" is evaluated once, under the seed key "none".
 - details.json: {model: {seed: {"correct": per-problem correct counts, "mean_response_length", "samples"}}}.
+
+The model runs are evaluated at once, `runtime.workers` processes per GPU as in the train stage (each run's sampling
+seeded alike, so the numbers do not depend on it).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from cory.tracking import start_run
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
 )
-from pipeline.params import EvaluateConfig
+from pipeline.gpus import gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
+from pipeline.params import EvaluateConfig, RuntimeConfig
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
@@ -111,28 +115,55 @@ def prepare(
     return runs, questions, answers
 
 
-def evaluate(
-    cfg: EvaluateConfig, runs: list[tuple[str, str, Path]], questions: list[str], answers: list[str], on: str
-) -> tuple[dict, dict]:
-    """Pass@k of every model run on the problems; returns (passk, details) as documented above."""
+def evaluate_one(name: str, seed: str, folder: Path, cfg: EvaluateConfig, questions: list[str], answers: list[str],
+                 on: str) -> tuple[str, str, dict]:
+    """Pass@k of one model run: (name, seed key, its result as cory.evaluation gives it). Runs in a worker process of
+    its own where the runs are evaluated at once; the sampling is seeded per run (evaluation.seed), so either way
+    gives the same numbers."""
     from transformers import AutoModelForCausalLM
 
     from cory.tokenizer import load_tokenizer
 
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(folder).to(on)
+    tokenizer = load_tokenizer(str(folder))
+    result = evaluate_pass_at_k(model, tokenizer, questions, answers, cfg.prompt_template, cfg)
+    shown = ", ".join(f"pass@{k} {v:.3f}" for k, v in result["pass_at_k"].items())
+    print(f"evaluate: {name} seed {seed}: {shown} ({time.perf_counter() - start:.1f}s)", flush=True)
+    return name, seed, result
+
+
+def evaluate(
+    cfg: EvaluateConfig, runs: list[tuple[str, str, Path]], questions: list[str], answers: list[str], on: str,
+    runtime: RuntimeConfig | None = None,
+) -> tuple[dict, dict]:
+    """Pass@k of every model run on the problems; returns (passk, details) as documented above. With
+    `runtime.workers` > 1 the runs go at once, as the train stage runs its runs: up to that many processes per GPU
+    (under an MPS daemon where they share one: runtime.mps), or in all without a GPU; else one after another here."""
+    if runtime is not None and runtime.workers > 1 and len(runs) > 1:
+        gpus = visible_gpus() if on == "cuda" else []
+        processes = min(len(runs), runtime.workers * max(1, len(gpus)))
+        with mps_daemon(runtime.mps and bool(gpus) and processes > len(gpus), who="evaluate") as under_mps:
+            with worker_pool(processes, worker_gpus(gpus, under_mps)) as pool:
+                futures = {
+                    pool.submit(evaluate_one, name, seed, folder, cfg, questions, answers, on): f"{name} seed {seed}"
+                    for name, seed, folder in runs
+                }
+                results, failed = gather(futures, "evaluate")
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(runs)} model runs failed to evaluate:\n"
+                               + "\n".join(f"  {run}: {error}" for run, error in sorted(failed.items())))
+    else:
+        results = [evaluate_one(name, seed, folder, cfg, questions, answers, on) for name, seed, folder in runs]
+    by_run = {(name, seed): result for name, seed, result in results}
     per_run: dict[str, dict[str, dict[int, float]]] = {}
     details: dict[str, dict[str, dict]] = {}
-    for name, seed, folder in runs:
-        start = time.perf_counter()
-        model = AutoModelForCausalLM.from_pretrained(folder).to(on)
-        tokenizer = load_tokenizer(str(folder))
-        result = evaluate_pass_at_k(model, tokenizer, questions, answers, cfg.prompt_template, cfg)
-        del model  # free the device before the next model is loaded
+    for name, seed, _ in runs:  # in params order, whichever ended first
+        result = by_run[name, seed]
         per_run.setdefault(name, {})[seed] = result["pass_at_k"]
         details.setdefault(name, {})[seed] = {
             key: result[key] for key in ("correct", "mean_response_length", "samples")
         }
-        shown = ", ".join(f"pass@{k} {v:.3f}" for k, v in result["pass_at_k"].items())
-        print(f"evaluate: {name} seed {seed}: {shown} ({time.perf_counter() - start:.1f}s)", flush=True)
     return summarise(per_run), details
 
 
@@ -145,8 +176,9 @@ def main() -> None:
         test_path = out_dir(params, "data", "math", "test.jsonl")
         seeds = training_seeds(params)
         runs, questions, answers = prepare(cfg, seeds, test_path, out_dir(params))
+        runtime = section(params, "runtime", RuntimeConfig)
         with start_run("evaluate", {**to_dict(cfg), "seeds": seeds}, profile=profile(params), outputs=eval_dir) as tracker:
-            passk, details = evaluate(cfg, runs, questions, answers, device())
+            passk, details = evaluate(cfg, runs, questions, answers, device(), runtime)
             write_json(eval_dir / "passk.json", passk)
             write_json(eval_dir / "details.json", details)
             for k in cfg.ks:  # step = k, so MLflow draws each model's pass@k curve (Fig. 5) as a metric history

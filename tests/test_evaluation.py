@@ -18,6 +18,7 @@ from pipeline.evaluate import (
     summarise,
     training_seeds,
 )
+from pipeline.params import RuntimeConfig
 
 QUESTIONS = ["q0: 2+2?", "q1: 3+3?", "q2: 1+0?"]
 ANSWERS = ["4", "So 3+3=6.\n#### 6", "1"]
@@ -218,3 +219,26 @@ def test_stage_evaluates_every_model_run(model, tokenizer, tmp_path):
     assert set(passk["ppo"]["seeds"]) == {"0", "1"} and set(passk["base"]["seeds"]) == {"none"}
     assert set(passk["ppo"]["mean"]) == {1, 2}
     assert len(details["ppo"]["1"]["correct"]) == 3
+
+
+def test_stage_evaluates_the_runs_at_once_as_one_after_another(model, tokenizer, tmp_path):
+    # runtime.workers > 1: each model run in a worker process of its own (two here, on the CPU), each run's numbers
+    # those of the evaluation one after another, in params order, though the runs end in any order
+    other = GPT2LMHeadModel(model.config).eval()
+    with torch.no_grad():  # another model than the base: the runs' results differ, so a mix-up would show
+        for mine, theirs in zip(other.parameters(), model.parameters()):
+            mine.copy_(theirs + 0.5 * torch.randn(theirs.shape, generator=torch.Generator().manual_seed(1)))
+    save_tiny_model(model, tokenizer, tmp_path / "base")
+    save_tiny_model(other, tokenizer, tmp_path / "other")
+    links = {"models/math": "base", "runs/math/ppo/seed0/llm1": "other", "runs/math/ppo/seed1/llm1": "base"}
+    for folder, target in links.items():
+        (tmp_path / folder).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder).symlink_to(tmp_path / target, target_is_directory=True)
+    cfg = stage_config()
+    runs, questions, answers = prepare(cfg, [0, 1], write_problems(tmp_path / "test.jsonl"), tmp_path)
+    one_after_another = evaluate(cfg, runs, questions, answers, "cpu")
+    at_once = evaluate(cfg, runs, questions, answers, "cpu", RuntimeConfig(workers=2))
+    assert at_once == one_after_another
+    assert list(at_once[0]) == ["base", "ppo"] and list(at_once[0]["ppo"]["seeds"]) == ["0", "1"]
+    details = at_once[1]
+    assert details["ppo"]["1"] == details["base"]["none"] and details["ppo"]["0"] != details["base"]["none"]
