@@ -9,8 +9,8 @@ Outputs, under outputs/<profile>/eval/:
   population std (ddof 0) over seeds; a folder without "{seed}" is evaluated once, under the seed key "none".
 - details.json: {model: {seed: {"correct": per-problem correct counts, "mean_response_length", "samples"}}}.
 
-The model runs are evaluated at once, `runtime.workers` processes per GPU as in the train stage (each run's sampling
-seeded alike, so the numbers do not depend on it).
+The model runs are evaluated at once, `runtime.workers` processes per GPU over every visible GPU, as the train stage
+trains its runs (each run's sampling is seeded alike, so the numbers do not depend on it).
 """
 
 from __future__ import annotations
@@ -137,12 +137,13 @@ def evaluate(
     cfg: EvaluateConfig, runs: list[tuple[str, str, Path]], questions: list[str], answers: list[str], on: str,
     runtime: RuntimeConfig | None = None,
 ) -> tuple[dict, dict]:
-    """Pass@k of every model run on the problems; returns (passk, details) as documented above. With
-    `runtime.workers` > 1 the runs go at once, as the train stage runs its runs: up to that many processes per GPU
-    (under an MPS daemon where they share one: runtime.mps), or in all without a GPU; else one after another here."""
-    if runtime is not None and runtime.workers > 1 and len(runs) > 1:
-        gpus = visible_gpus() if on == "cuda" else []
-        processes = min(len(runs), runtime.workers * max(1, len(gpus)))
+    """Pass@k of every model run on the problems; returns (passk, details) as documented above. With a `runtime`,
+    the runs go at once as the train stage runs its runs: `runtime.workers` processes per visible GPU (under an MPS
+    daemon where several share one: runtime.mps), or `workers` in all without a GPU; else, or where that is one
+    process, one after another here."""
+    gpus = visible_gpus() if on == "cuda" and runtime is not None else []
+    processes = 1 if runtime is None else min(len(runs), runtime.workers * max(1, len(gpus)))
+    if processes > 1:
         with mps_daemon(runtime.mps and bool(gpus) and processes > len(gpus), who="evaluate") as under_mps:
             with worker_pool(processes, worker_gpus(gpus, under_mps)) as pool:
                 futures = {
