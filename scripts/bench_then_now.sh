@@ -8,8 +8,9 @@
 # its bench has no --warmup or --mps (it warms up 2 iterations and runs without MPS, as its train stage did with 14
 # processes), this tree's runs as the train stage does now (runtime.mps). On the lending tool, run `bash
 # scripts/device_repro.sh install` first. Results: both benches' outputs, appended to $OUT/bench_then_now.txt where OUT is set.
-# (Checked on the CPU, 2026-11-29, WORKERS="" ITERATIONS=1: both benches run with torch 2.13 and transformers 5.24;
-# not yet run on a GPU.)
+# Run on one H200 (2026-11-29: imdb cory and imdb ppo with the defaults, then imdb cory alone, in 490 s; the numbers
+# are in docs/speed.md); note that the math group's work per iteration changed after 40b46c7 (128 samples instead of
+# 32), so its iterations per second do not compare.
 set -euo pipefail
 group=${1:-imdb}
 run=${2:-cory}
