@@ -7,7 +7,8 @@
 #   bash scripts/bench_speed.sh paper              # the paper's GPT-2 Large shape (stand-ins built here on the GPU):
 #                                                  # imdb/ppo and imdb/cory of the paper profile with its settings
 #                                                  # (profiled: top kernels, host ops), then without the fused GELU,
-#                                                  # with the aligned head and with the static KV cache
+#                                                  # with the aligned head and with the static KV cache instead of
+#                                                  # the profile's whole-step graph (cache: graph since 2026-11-29)
 #   bash scripts/bench_speed.sh paper VARIANT ...  # those variants instead (plain, or comma-separated KEY=VALUE;
 #                                                  # WARMUP=N untimed iterations first, default 1)
 #                                                  # (scripts/bench_paper.py; JSON per variant in $OUT/paper-*.json)
