@@ -7,8 +7,9 @@
 #   bash scripts/bench_speed.sh paper              # the paper's GPT-2 Large shape (stand-ins built here on the GPU):
 #                                                  # imdb/ppo and imdb/cory of the paper profile with its settings
 #                                                  # (profiled: top kernels, host ops), then without the fused GELU,
-#                                                  # with the aligned head and with the static KV cache instead of
-#                                                  # the profile's whole-step graph (cache: graph since 2026-11-29)
+#                                                  # without the aligned head (on by default), and with the static
+#                                                  # KV cache instead of the profile's whole-step graph (cache:
+#                                                  # graph since 2026-11-29)
 #   bash scripts/bench_speed.sh paper VARIANT ...  # those variants instead (plain, or comma-separated KEY=VALUE;
 #                                                  # WARMUP=N untimed iterations first, default 1)
 #                                                  # (scripts/bench_paper.py; JSON per variant in $OUT/paper-*.json)
@@ -22,15 +23,15 @@ what=${1:?usage: $0 imdb|math|vocab|paper | workers GROUP N [VARIANT]}; shift
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 FILTER="Loading|Writing|LOAD REPORT|^Key|^---|MISSING|^Notes|^\s*$|_warn_once|profiler"
-static=ppo.generation.cache=static dynamic=ppo.generation.cache=dynamic compile=ppo.compile=true aligned=ppo.align_head=true fp32=ppo.mixed_precision=false
+static=ppo.generation.cache=static dynamic=ppo.generation.cache=dynamic compile=ppo.compile=true unaligned=ppo.align_head=false fp32=ppo.mixed_precision=false
 bench() { python3 -m scripts.bench_rl "$@" 2>&1 | grep -Ev "$FILTER" | tee -a "$OUT/bench-$what.txt"; }
 case "$what" in
   # (measured 2026-11-27 and dropped from the list: math micro-batches of 128 x 1 instead of 32 x 4, no faster)
-  imdb) bench --group imdb --run cory --iterations 5 --warmup 4 --profile --variant "$aligned" --variant "$fp32" \
-          --variant "$static" --variant "$compile" --variant "$aligned,$compile" --variant "$static,$compile" ;;
+  imdb) bench --group imdb --run cory --iterations 5 --warmup 4 --profile --variant "$unaligned" --variant "$fp32" \
+          --variant "$static" --variant "$compile" --variant "$unaligned,$compile" --variant "$static,$compile" ;;
   # (the math runs' profile settings have the static cache since 2026-11-27: "$dynamic" is the option there)
-  math) bench --group math --run cory --iterations 3 --warmup 3 --profile --variant "$aligned" --variant "$fp32" \
-          --variant "$dynamic" --variant "$compile" --variant "$aligned,$compile" ;;
+  math) bench --group math --run cory --iterations 3 --warmup 3 --profile --variant "$unaligned" --variant "$fp32" \
+          --variant "$dynamic" --variant "$compile" --variant "$unaligned,$compile" ;;
   # (ppo.compile_mode reduce-overhead, CUDA graphs of the experience's and update's passes, measured 2026-11-27 and
   # removed: no faster, and wrong with accumulated micro-batches over tied weights; docs/speed.md "Speed options")
   vocab)  # base_models.math.tokenizer: the profile's, and offline-gpt2 through a params copy ($CORY_PARAMS)
@@ -46,7 +47,7 @@ case "$what" in
       --offline-data --device "${DEVICE:-cuda}" --scale "${SCALE:-full}" > /tmp/build_standins.log 2>&1 ||
       { tail -20 /tmp/build_standins.log; exit 1; }
     python3 -m pipeline.profile paper_standins || exit 1
-    variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(plain ppo.fused_gelu=false ppo.align_head=true ppo.generation.cache=static)
+    variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(plain ppo.fused_gelu=false ppo.align_head=false ppo.generation.cache=static)
     for variant in "${variants[@]}"; do
       sets=(--warmup "${WARMUP:-1}")
       case $variant in plain) sets+=(--profile) ;;
