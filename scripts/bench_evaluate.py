@@ -47,7 +47,6 @@ def main() -> None:
     parser.add_argument("--mps", action="store_true", help="under a CUDA MPS daemon (runtime.mps)")
     args = parser.parse_args()
 
-    from cory.config import from_dict
     from pipeline.common import device, load_params, section
     from pipeline.evaluate import evaluate
     from pipeline.params import EvaluateConfig, RuntimeConfig
@@ -56,7 +55,7 @@ def main() -> None:
     params = load_params()
     cfg = section(params, "evaluation", EvaluateConfig)
     questions, answers = queries_of("math", cfg.n_problems or 200)
-    runtime = from_dict(RuntimeConfig, {"workers": args.workers, "mps": args.mps}, "runtime")
+    runtime = RuntimeConfig(workers=args.workers, mps=args.mps)
     on = device()
     with tempfile.TemporaryDirectory() as tmp:
         runs = save_models(Path(tmp), args.runs)
