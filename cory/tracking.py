@@ -282,14 +282,29 @@ class Tracker:
 
     def finish(self, status: str) -> None:
         """Wait for pending metrics, then end the run with `status` (FINISHED, FAILED or KILLED)."""
+        if self._pending:
+            self._call("log_metrics", self._flush)
         for op in self._pending:
             self._call("log_metrics", op.wait)
         self._pending.clear()
         self._call("end run", lambda: self._client.set_terminated(self.run_id, status))
 
 
+    def _flush(self) -> None:
+        """Send the queued metrics now. MLflow's logging thread otherwise notices the end of a run only when its
+        wait for more (one second) times out: one second at the end of every run and stage. With the queue's
+        buffering on (_client), a flush wakes it at once. The store's queue is not public API: where it is not
+        there, the pending operations are waited for as they are."""
+        store = getattr(getattr(self._client, "_tracking_client", None), "store", None)
+        if hasattr(store, "flush_async_logging"):
+            store.flush_async_logging()
+
+
 def _client():
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # the logging thread collects a second's metrics into one write (fewer SQLite transactions from the processes
+    # that log at once) and, waiting on an event rather than on the queue, wakes at once when a run is flushed
+    os.environ.setdefault("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "1")
     try:
         from mlflow.tracking import MlflowClient
     except ImportError:

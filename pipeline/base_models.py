@@ -39,7 +39,7 @@ from pipeline.common import (
     code_digest, content_digest, device, load_params, out_dir, process_started_at, profile, read_jsonl, require_device,
     run_stage, section, stage_timer, write_json,
 )
-from pipeline.gpus import error_line, gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
+from pipeline.gpus import error_line, run_at_once, visible_gpus
 from pipeline.params import SCRATCH, BaseModelConfig, RuntimeConfig
 
 
@@ -209,10 +209,8 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
     open_store(profile(params))  # before the processes that log to it start at once
     # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    with mps_daemon(runtime.mps and len(todo) > len(gpus), who="base_models") as under_mps:
-        with worker_pool(len(todo), worker_gpus(gpus, under_mps)) as pool:
-            futures = {pool.submit(train_one, name, digest, params): name for name, digest in todo.items()}
-            return gather(futures, "base_models")[1]
+    calls = {name: (train_one, (name, digest, params)) for name, digest in todo.items()}
+    return run_at_once(calls, len(todo), gpus, runtime.mps, "base_models")[1]
 
 
 def main(argv: list[str] | None = None) -> None:

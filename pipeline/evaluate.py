@@ -26,7 +26,7 @@ from cory.tracking import start_run
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
 )
-from pipeline.gpus import gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
+from pipeline.gpus import run_at_once, visible_gpus
 from pipeline.params import EvaluateConfig, RuntimeConfig
 
 UNSEEDED = "none"
@@ -144,13 +144,9 @@ def evaluate(
     gpus = visible_gpus() if on == "cuda" and runtime is not None else []
     processes = 1 if runtime is None else min(len(runs), runtime.workers * max(1, len(gpus)))
     if processes > 1:
-        with mps_daemon(runtime.mps and bool(gpus) and processes > len(gpus), who="evaluate") as under_mps:
-            with worker_pool(processes, worker_gpus(gpus, under_mps)) as pool:
-                futures = {
-                    pool.submit(evaluate_one, name, seed, folder, cfg, questions, answers, on): f"{name} seed {seed}"
-                    for name, seed, folder in runs
-                }
-                results, failed = gather(futures, "evaluate")
+        calls = {f"{name} seed {seed}": (evaluate_one, (name, seed, folder, cfg, questions, answers, on))
+                 for name, seed, folder in runs}
+        results, failed = run_at_once(calls, processes, gpus, runtime.mps, "evaluate")
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(runs)} model runs failed to evaluate:\n"
                                + "\n".join(f"  {run}: {error}" for run, error in sorted(failed.items())))

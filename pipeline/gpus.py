@@ -18,6 +18,7 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 
 def share_cpus(workers: int) -> None:
@@ -189,3 +190,14 @@ def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, str]]:
             failed[futures[future]] = error_line(exc)
             print(f"[{who}] {futures[future]} FAILED: {failed[futures[future]]}", flush=True)
     return results, failed
+
+
+def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str
+                ) -> tuple[list, dict[str, str]]:
+    """Run `calls` ({name: (function, arguments)}, started in this order) in `processes` worker processes spread over
+    `gpus`, under a CUDA MPS daemon where `mps` asks for one and more processes than GPUs share them; returns gather's
+    (results in the order they end, {name: error line} of the calls that failed). The functions must be importable
+    by name (spawned workers unpickle them)."""
+    with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps:
+        with worker_pool(processes, worker_gpus(gpus, under_mps)) as pool:
+            return gather({pool.submit(function, *args): name for name, (function, args) in calls.items()}, who)

@@ -40,7 +40,7 @@ from pipeline.common import (
     ROOT, code_digest, content_digest, device, load_params, out_dir, profile, require_device, run_stage, section, seeds,
     stage_timer, write_json,
 )
-from pipeline.gpus import error_line, gather, mps_daemon, visible_gpus, worker_gpus, worker_pool
+from pipeline.gpus import error_line, run_at_once, visible_gpus
 from pipeline.params import RuntimeConfig
 
 
@@ -83,10 +83,12 @@ def check_models(jobs: list[Job]) -> None:
             raise FileNotFoundError(f"{path}: model folder not found (run the base_models / reward_model stage)")
 
 
-def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str]) -> tuple[list[dict], dict[str, str]]:
-    """Train every job, `workers` at once per GPU (in all, without one), longest first; returns (summaries of the
-    runs that finished, {run name: error} of those that failed). One run's failure (out of GPU memory, a non-finite
-    loss) stops that run only: the others train on, and a rerun of the stage keeps them (fingerprints)."""
+def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str], mps: bool = False
+            ) -> tuple[list[dict], dict[str, str]]:
+    """Train every job, `workers` at once per GPU (in all, without one), started in `todo`'s order (start_order's),
+    under a CUDA MPS daemon where `mps` asks for one and runs share a GPU; returns (summaries of the runs that
+    finished, {run name: error} of those that failed). One run's failure (out of GPU memory, a non-finite loss) stops
+    that run only: the others train on, and a rerun of the stage keeps them (fingerprints)."""
     failed: dict[str, str] = {}
     if workers == 1 and len(gpus) <= 1:
         summaries = []
@@ -96,13 +98,12 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str]) -> 
             except Exception as exc:  # noqa: BLE001 - reported, with every other failure, when all runs are done
                 failed[job.name] = error_line(exc)
         return summaries, failed
-    with worker_pool(workers * max(1, len(gpus)), gpus) as pool:
-        summaries, failed = gather({pool.submit(run_job, job, *settings): job.name for job in todo}, "train")
-    return summaries, failed
+    calls = {job.name: (run_job, (job, *settings)) for job in todo}
+    return run_at_once(calls, workers * max(1, len(gpus)), gpus, mps, "train")
 
 
 def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dict], dict[str, str]]:
-    """run_all's contract on a Ray cluster ($RAY_ADDRESS; unset: a local instance): one task per run, longest first,
+    """run_all's contract on a Ray cluster ($RAY_ADDRESS; unset: a local instance): one task per run, in `todo`'s order,
     each asking for 1/workers of a GPU where the cluster has GPUs (Ray then sets the task's CUDA_VISIBLE_DEVICES),
     else one CPU."""
     try:
@@ -276,13 +277,11 @@ def main(argv: list[str]) -> None:
         if runtime.executor == "ray":
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
-            sharing = bool(gpus) and bool(todo) and runtime.workers > 1  # processes share a GPU
-            if sharing or len(gpus) > 1:
+            if todo and (runtime.workers > 1 or len(gpus) > 1):  # processes at once
                 from cory.tracking import open_store
 
                 open_store(name)  # before the processes that log to it start at once
-            with mps_daemon(runtime.mps and sharing) as under_mps:
-                summaries, failed = run_all(todo, settings, runtime.workers, worker_gpus(gpus, under_mps))
+            summaries, failed = run_all(todo, settings, runtime.workers, gpus, runtime.mps)
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed (the {len(summaries)} others finished and are "
                                "kept; rerun the stage to train the failed ones):\n"

@@ -116,6 +116,24 @@ def test_run_in_a_real_sqlite_store(store, monkeypatch, tmp_path, capsys):
     assert json.loads(open(local).read()) == {"a": 1}
 
 
+def test_finishing_a_run_flushes_the_metric_queue_instead_of_waiting_out_its_poll(store, tmp_path):
+    """The run's end wakes MLflow's logging thread (its queue buffers, _client), so it does not wait a second for the
+    thread's poll to time out; every metric still lands."""
+    with start_run("train", PARAMS, profile="test-flush", outputs=tmp_path) as tracker:
+        queue_store = tracker._client._tracking_client.store
+        flushes = []
+        original = queue_store.flush_async_logging
+        queue_store.flush_async_logging = lambda: (flushes.append(1), original())[1]
+        for step in range(20):
+            tracker.log_metrics({"loss": float(step)}, step=step)
+    assert os.environ["MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"] == "1"
+    assert flushes == [1]
+    client = MlflowClient(tracking_uri=store)
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    assert [m.value for m in sorted(client.get_metric_history(tracker.run_id, "loss"), key=lambda m: m.step)] == [
+        float(step) for step in range(20)]
+
+
 def test_a_failing_stage_marks_its_run_failed_and_still_raises(store, tmp_path):
     with pytest.raises(ZeroDivisionError):
         with start_run("evaluate", {}, profile="failing", outputs=tmp_path) as tracker:
