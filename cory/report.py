@@ -317,8 +317,9 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     lines += ["### Time", "", "Stage wall time (outputs/<profile>/metrics/timing/; the report stage not included; "
               "DVC's own hashing and caching and each stage's process start are outside every stage's time, and in the row "
               "'between the stages' where the stages recorded their clock times; DVC's start before the first stage "
-              "is in no row. `base_models` and `train` run their models in worker processes, whose peak GPU memory "
-              "is in the base models' table above and the runs' table below):", ""]
+              "is in no row. `base_models`, `train` and, on a GPU, `evaluate` run their models in worker processes: "
+              "the base models' peak GPU memory is in their table above, the runs' in the table below, the "
+              "evaluation workers' is not recorded):", ""]
     lines += time_table(inputs.timings)
     lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
               "runtime.workers of them at once on each GPU it sees), and where the time went (its `phase_seconds`, "
