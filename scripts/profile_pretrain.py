@@ -7,6 +7,7 @@ Builds the params' base model (random weights, the profile's `lm` shape and GPT-
 `pretrain` settings: batch tokens, micro-batches, regional compilation, fused AdamW, bf16 autocast), then prints its
 tokens per second alone (the base_models stage runs its models at once, so its metrics show them sharing the GPU)
 and, from torch.profiler over a few steps, the GPU time per step by kind of kernel and the costliest kernels.
+`profile_pretraining` runs on a CPU too (tests/test_profile_pretrain.py, a tiny shape); the command needs a GPU.
 """
 
 from __future__ import annotations
@@ -40,15 +41,65 @@ def kind_of(name: str) -> str:
     return "other (eager)"
 
 
-def train_steps(model, loss_fn, optimizer, schedule, rows: int, seq_len: int, cfg: PretrainConfig, vocab: int,
-                steps: int, device: str) -> None:
+def train_steps(model, loss_fn, optimizer, schedule, cfg: PretrainConfig, vocab: int, steps: int, device: str) -> None:
+    """`steps` of pretrain_lm's steps on random token windows."""
+    rows, on_gpu = cfg.batch_tokens // cfg.seq_len, device == "cuda"
     for _ in range(steps):
-        window = torch.randint(0, vocab, (rows, seq_len + 1), device=device)
+        window = torch.randint(0, vocab, (rows, cfg.seq_len + 1), device=device)
         for part in window.chunk(cfg.micro_batches):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=on_gpu):
                 loss = loss_fn(model, part) / cfg.micro_batches
             loss.backward()
         _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def profile_pretraining(lm: LMConfig, pre: PretrainConfig, vocab: int, steps: int, warmup: int, profile_steps: int,
+                        device: str) -> dict:
+    """Train a random model of shape `lm` as pretrain_lm does; returns the seconds of a step alone, tokens per second,
+    peak GPU memory (GiB, None on a CPU), and from the profiler the device time a step ({kind: ms}, on a CPU its
+    operators' own CPU time) and the costliest kernels [(name, ms a step, calls a step)]."""
+    _setup(device)
+    torch.manual_seed(0)
+    model = build_causal_lm(lm, vocab, 0).to(device).train()
+    optimizer = _adamw(model, pre.learning_rate, pre.weight_decay, pre.betas, device == "cuda")
+    schedule = _warmup_cosine(optimizer, pre.warmup_steps, 10_000, pre.min_lr_ratio)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with compiled_loss(model, pre.compile) as loss_fn:
+        started = time.perf_counter()
+        train_steps(model, loss_fn, optimizer, schedule, pre, vocab, warmup, device)
+        _synchronize(device)
+        warmup_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        train_steps(model, loss_fn, optimizer, schedule, pre, vocab, steps, device)
+        _synchronize(device)
+        seconds = (time.perf_counter() - started) / steps
+        with torch.profiler.profile(activities=activities) as prof:
+            train_steps(model, loss_fn, optimizer, schedule, pre, vocab, profile_steps, device)
+            _synchronize(device)
+    on = torch.autograd.DeviceType.CUDA if device == "cuda" else torch.autograd.DeviceType.CPU
+    events = [e for e in prof.key_averages() if e.device_type == on]
+    own = (lambda e: e.self_device_time_total) if device == "cuda" else (lambda e: e.self_cpu_time_total)
+    per_kind: dict[str, float] = defaultdict(float)
+    for event in events:
+        per_kind[kind_of(event.key)] += own(event) / profile_steps / 1e3
+    costliest = [(e.key, own(e) / profile_steps / 1e3, e.count // profile_steps)
+                 for e in sorted(events, key=own, reverse=True)[:15]]
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "warmup_seconds": warmup_seconds,
+        "step_seconds": seconds,
+        "tokens_per_second": pre.batch_tokens / seconds,
+        "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
+        "busy_ms": dict(per_kind),
+        "costliest": costliest,
+    }
 
 
 def main() -> None:
@@ -60,50 +111,23 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=3)
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("profile_pretrain: needs a GPU")
-    params = load_params()
-    cfg = section(params, f"base_models.{args.model}", BaseModelConfig)
-    lm_cfg: LMConfig = cfg.lm
-    pre: PretrainConfig = cfg.pretrain
-    device = "cuda"
-    _setup(device)
-    torch.manual_seed(0)
-    model = build_causal_lm(lm_cfg, args.vocab, 0).to(device).train()
-    optimizer = _adamw(model, pre.learning_rate, pre.weight_decay, pre.betas, True)
-    schedule = _warmup_cosine(optimizer, pre.warmup_steps, 10_000, pre.min_lr_ratio)
-    rows = pre.batch_tokens // pre.seq_len
-    print(f"profile_pretrain: {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"vocabulary {args.vocab}) on {torch.cuda.get_device_name()}: {rows} x {pre.seq_len} tokens a step in "
-          f"{pre.micro_batches} micro-batches, compile {pre.compile!r}", flush=True)
-    with compiled_loss(model, pre.compile) as loss_fn:
-        started = time.perf_counter()
-        train_steps(model, loss_fn, optimizer, schedule, rows, pre.seq_len, pre, args.vocab, args.warmup, device)
-        torch.cuda.synchronize()
-        print(f"warm-up: {args.warmup} steps in {time.perf_counter() - started:.1f} s (compilation included)", flush=True)
-        started = time.perf_counter()
-        train_steps(model, loss_fn, optimizer, schedule, rows, pre.seq_len, pre, args.vocab, args.steps, device)
-        torch.cuda.synchronize()
-        seconds = (time.perf_counter() - started) / args.steps
-        print(f"alone: {seconds * 1e3:.1f} ms a step, {pre.batch_tokens / seconds / 1e3:.0f}k tokens per second, "
-              f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
-        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        with torch.profiler.profile(activities=activities) as prof:
-            train_steps(model, loss_fn, optimizer, schedule, rows, pre.seq_len, pre, args.vocab, args.profile_steps,
-                        device)
-            torch.cuda.synchronize()
-    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-    per_kind, total = defaultdict(float), 0.0
-    for event in kernels:
-        us = event.self_device_time_total
-        per_kind[kind_of(event.key)] += us
-        total += us
-    steps = args.profile_steps
-    print(f"GPU busy {total / steps / 1e3:.1f} ms a step (profiled; of {seconds * 1e3:.1f} ms wall), by kind:")
-    for kind, us in sorted(per_kind.items(), key=lambda item: -item[1]):
-        print(f"  {kind:20s} {us / steps / 1e3:7.1f} ms  {100 * us / total:5.1f}%")
+        raise SystemExit("profile_pretrain: needs a GPU (the profile's base models are sized for one)")
+    cfg = section(load_params(), f"base_models.{args.model}", BaseModelConfig)
+    pre = cfg.pretrain
+    print(f"profile_pretrain: {args.model} (vocabulary {args.vocab}) on {torch.cuda.get_device_name()}: "
+          f"{pre.batch_tokens // pre.seq_len} x {pre.seq_len} tokens a step in {pre.micro_batches} micro-batches, "
+          f"compile {pre.compile!r}", flush=True)
+    result = profile_pretraining(cfg.lm, pre, args.vocab, args.steps, args.warmup, args.profile_steps, "cuda")
+    print(f"{result['params'] / 1e6:.1f}M parameters; warm-up {args.warmup} steps {result['warmup_seconds']:.1f} s "
+          f"(compilation included); alone {result['step_seconds'] * 1e3:.1f} ms a step, "
+          f"{result['tokens_per_second'] / 1e3:.0f}k tokens per second, peak GPU memory {result['peak_gpu_gib']:.1f} GiB")
+    busy = sum(result["busy_ms"].values())
+    print(f"GPU busy {busy:.1f} ms a step (profiled), by kind:")
+    for kind, ms in sorted(result["busy_ms"].items(), key=lambda item: -item[1]):
+        print(f"  {kind:20s} {ms:7.1f} ms  {100 * ms / busy:5.1f}%")
     print("costliest kernels (ms a step, calls a step):")
-    for event in sorted(kernels, key=lambda e: -e.self_device_time_total)[:15]:
-        print(f"  {event.self_device_time_total / steps / 1e3:7.2f}  {event.count // steps:5d}  {event.key[:110]}")
+    for name, ms, calls in result["costliest"]:
+        print(f"  {ms:7.2f}  {calls:5d}  {name[:110]}")
 
 
 if __name__ == "__main__":
