@@ -255,31 +255,35 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 
 
 def time_table(timings: list[dict]) -> list[str]:
-    """Each stage's seconds, minutes and share of the stages' total (the report stage left out: it is still running
-    when it writes this), with its peak host and GPU memory (the stage process's own: a worker's GPU memory is in the
-    runs' table). Where every stage recorded its clock times, two more rows: the time between the stages (DVC's
+    """Each stage's seconds, minutes and share of the stages' total, in the order they ran where they recorded their
+    clock times (the report stage left out: it is still running when it writes this), with its peak host and GPU
+    memory (the stage process's own: a worker's GPU memory is in the runs' table). Where every stage recorded its clock times, two more rows: the time outside the stages' clocks (DVC's
     hashing and caching, each stage's process start and imports; split in two where the stages also recorded when
-    their processes started) and the span from the first start to the last end."""
+    their processes started, and then counted from the first stage's process start, whose imports are the first
+    stage's cost too) and the span from the first start to the last end."""
     timings = [t for t in timings if t.get("stage") != "report"]
     if not timings:
         return ["(no stage timing files were found)"]
     total = sum(float(t["seconds"]) for t in timings)
     clocked = all(t.get("started_at") is not None and t.get("finished_at") is not None for t in timings)
-    span = max(t["finished_at"] for t in timings) - min(t["started_at"] for t in timings) if clocked else total
+    if clocked:
+        timings = sorted(timings, key=lambda t: t["started_at"])  # in the order they ran
+    processes = clocked and all(t.get("process_started_at") is not None for t in timings)
+    first_start = min(t["process_started_at" if processes else "started_at"] for t in timings) if clocked else 0.0
+    span = max(t["finished_at"] for t in timings) - first_start if clocked else total
     memory = lambda t, key: f"{t[key]:.1f}" if t.get(key) is not None else "-"  # noqa: E731
     row = lambda name, seconds, *rest: [name, f"{seconds:.1f}", f"{seconds / 60:.2f}", f"{seconds / span:.0%}", *rest]  # noqa: E731
     rows = [row(t["stage"], t["seconds"], memory(t, "peak_rss_gib"), memory(t, "peak_gpu_gib")) for t in timings]
-    if clocked:
-        rows += [row("*between the stages*", span - total)]
-        first = min(timings, key=lambda t: t["started_at"])
-        later = [t for t in timings if t is not first]
-        if later and all(t.get("process_started_at") is not None for t in later):
-            # each later stage's process before its timer started, inside the span; the rest is DVC's (hashing and
-            # caching outputs, checking the next stage) and each process's exit
-            start_up = sum(t["started_at"] - t["process_started_at"] for t in later)
-            rows += [row("&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", start_up),
-                     row("&nbsp;&nbsp;*of which DVC and the processes' exit*", span - total - start_up)]
-        rows += [row("**first start to last end**", span)]
+    if processes:
+        # each stage's process before its timer started; the rest is DVC's (hashing and caching outputs, checking the
+        # next stage) and each process's exit
+        start_up = sum(t["started_at"] - t["process_started_at"] for t in timings)
+        rows += [row("*before and between the stages*", span - total),
+                 row("&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", start_up),
+                 row("&nbsp;&nbsp;*of which DVC and the processes' exit*", span - total - start_up),
+                 row("**first process start to last end**", span)]
+    elif clocked:
+        rows += [row("*between the stages*", span - total), row("**first start to last end**", span)]
     else:
         rows += [row("**total**", total)]
     return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)",
@@ -316,8 +320,9 @@ def setup_markdown(inputs: Inputs) -> list[str]:
                   f"(ppo.adaptive_kl = {json.dumps(adaptive)}).", ""]
     lines += ["### Time", "", "Stage wall time (outputs/<profile>/metrics/timing/; the report stage not included; "
               "DVC's own hashing and caching and each stage's process start are outside every stage's time, and in the row "
-              "'between the stages' where the stages recorded their clock times; DVC's start before the first stage "
-              "is in no row. `base_models`, `train` and, on a GPU, `evaluate` run their models in worker processes: "
+              "'before and between the stages' where the stages recorded their clock times and their processes' "
+              "starts; DVC's own start before the first stage's process and its end after the last are in no row. "
+              "`base_models`, `train` and, on a GPU, `evaluate` run their models in worker processes: "
               "the base models' peak GPU memory is in their table above, the runs' in the table below, the "
               "evaluation workers' is not recorded):", ""]
     lines += time_table(inputs.timings)

@@ -540,15 +540,16 @@ def test_time_table_shows_the_time_between_the_stages_when_they_recorded_their_c
 
 
 def test_time_table_splits_the_time_between_the_stages_where_the_processes_recorded_their_start():
-    timings = [{"stage": "train", "seconds": 300.0, "started_at": 1000.0, "finished_at": 1300.0,
-                "process_started_at": 990.0},  # before the span: in no row
-               {"stage": "evaluate", "seconds": 100.0, "started_at": 1350.0, "finished_at": 1450.0,
-                "process_started_at": 1338.0}]
-    rows = [[cell.strip() for cell in line.split("|")[1:3]] for line in time_table(timings)[2:]]
-    assert rows[2:] == [["*between the stages*", "50.0"],
-                        ["&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", "12.0"],
-                        ["&nbsp;&nbsp;*of which DVC and the processes' exit*", "38.0"],
-                        ["**first start to last end**", "450.0"]]
+    timings = [{"stage": "evaluate", "seconds": 100.0, "started_at": 1350.0, "finished_at": 1450.0,
+                "process_started_at": 1338.0},  # listed first (as the files sort), shown in the order they ran
+               {"stage": "train", "seconds": 300.0, "started_at": 1000.0, "finished_at": 1300.0,
+                "process_started_at": 990.0}]  # the first stage's imports: counted, as every later stage's
+    rows = [[cell.strip() for cell in line.split("|")[1:5]] for line in time_table(timings)[2:]]
+    assert rows == [["train", "300.0", "5.00", "65%"], ["evaluate", "100.0", "1.67", "22%"],
+                    ["*before and between the stages*", "60.0", "1.00", "13%"],
+                    ["&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", "22.0", "0.37", "5%"],
+                    ["&nbsp;&nbsp;*of which DVC and the processes' exit*", "38.0", "0.63", "8%"],
+                    ["**first process start to last end**", "460.0", "7.67", "100%"]]
 
 
 def test_a_runs_phase_split_is_a_mean_over_the_seeds_that_recorded_it():
