@@ -257,10 +257,11 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 def time_table(timings: list[dict]) -> list[str]:
     """Each stage's seconds, minutes and share of the stages' total, in the order they ran where they recorded their
     clock times (the report stage left out: it is still running when it writes this), with its peak host and GPU
-    memory (the stage process's own: a worker's GPU memory is in the runs' table). Where every stage recorded its clock times, two more rows: the time outside the stages' clocks (DVC's
-    hashing and caching, each stage's process start and imports; split in two where the stages also recorded when
-    their processes started, and then counted from the first stage's process start, whose imports are the first
-    stage's cost too) and the span from the first start to the last end."""
+    memory (the stage process's own: a worker's GPU memory is in the runs' table). Where every stage recorded its
+    clock times, two more rows: the time outside the stages' clocks (DVC's hashing and caching, each stage's process
+    start and imports; split in two where the stages also recorded when their processes started, and then counted
+    from the first stage's process start, whose imports are the first stage's cost too) and the span from the first
+    start to the last end."""
     timings = [t for t in timings if t.get("stage") != "report"]
     if not timings:
         return ["(no stage timing files were found)"]
