@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import torch
 
-from cory.pretrain import _adamw, _optimizer_step, _setup, _warmup_cosine, build_causal_lm, compiled_loss
+from cory.pretrain import _adamw, _optimizer_step, _setup, _sync, _warmup_cosine, build_causal_lm, compiled_loss
 from cory.settings import LMConfig, PretrainConfig
 from pipeline.common import load_params, section
 from pipeline.params import BaseModelConfig
@@ -41,21 +41,17 @@ def kind_of(name: str) -> str:
     return "other (eager)"
 
 
-def train_steps(model, loss_fn, optimizer, schedule, cfg: PretrainConfig, vocab: int, steps: int, device: str) -> None:
-    """`steps` of pretrain_lm's steps on random token windows."""
-    rows, on_gpu = cfg.batch_tokens // cfg.seq_len, device == "cuda"
+def train_steps(model, loss_fn, optimizer, schedule, cfg: PretrainConfig, vocab: int, steps: int, device: str,
+                bf16: bool) -> None:
+    """`steps` of pretrain_lm's steps on random token windows (bf16 autocast where `_setup` turned it on)."""
+    rows = cfg.batch_tokens // cfg.seq_len
     for _ in range(steps):
         window = torch.randint(0, vocab, (rows, cfg.seq_len + 1), device=device)
         for part in window.chunk(cfg.micro_batches):
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=on_gpu):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
                 loss = loss_fn(model, part) / cfg.micro_batches
             loss.backward()
         _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
-
-
-def _synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def profile_pretraining(lm: LMConfig, pre: PretrainConfig, vocab: int, steps: int, warmup: int, profile_steps: int,
@@ -63,26 +59,26 @@ def profile_pretraining(lm: LMConfig, pre: PretrainConfig, vocab: int, steps: in
     """Train a random model of shape `lm` as pretrain_lm does; returns the seconds of a step alone, tokens per second,
     peak GPU memory (GiB, None on a CPU), and from the profiler the device time a step ({kind: ms}, on a CPU its
     operators' own CPU time) and the costliest kernels [(name, ms a step, calls a step)]."""
-    _setup(device)
+    bf16 = _setup(device)
     torch.manual_seed(0)
     model = build_causal_lm(lm, vocab, 0).to(device).train()
-    optimizer = _adamw(model, pre.learning_rate, pre.weight_decay, pre.betas, device == "cuda")
+    optimizer = _adamw(model, pre.learning_rate, pre.weight_decay, pre.betas, bf16)
     schedule = _warmup_cosine(optimizer, pre.warmup_steps, 10_000, pre.min_lr_ratio)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with compiled_loss(model, pre.compile) as loss_fn:
         started = time.perf_counter()
-        train_steps(model, loss_fn, optimizer, schedule, pre, vocab, warmup, device)
-        _synchronize(device)
+        train_steps(model, loss_fn, optimizer, schedule, pre, vocab, warmup, device, bf16)
+        _sync(device)
         warmup_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        train_steps(model, loss_fn, optimizer, schedule, pre, vocab, steps, device)
-        _synchronize(device)
+        train_steps(model, loss_fn, optimizer, schedule, pre, vocab, steps, device, bf16)
+        _sync(device)
         seconds = (time.perf_counter() - started) / steps
         with torch.profiler.profile(activities=activities) as prof:
-            train_steps(model, loss_fn, optimizer, schedule, pre, vocab, profile_steps, device)
-            _synchronize(device)
+            train_steps(model, loss_fn, optimizer, schedule, pre, vocab, profile_steps, device, bf16)
+            _sync(device)
     on = torch.autograd.DeviceType.CUDA if device == "cuda" else torch.autograd.DeviceType.CPU
     events = [e for e in prof.key_averages() if e.device_type == on]
     own = (lambda e: e.self_device_time_total) if device == "cuda" else (lambda e: e.self_cpu_time_total)
