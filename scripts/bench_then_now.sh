@@ -5,8 +5,9 @@
 #   bash scripts/bench_then_now.sh [GROUP [RUN]]        # default: imdb cory
 #   THEN=<commit> WORKERS="12 14" ITERATIONS=6 bash scripts/bench_then_now.sh math cory
 # The earlier commit is checked out beside this tree (git worktree, from the .git the lending tool sends with it);
-# its bench has no --warmup or --mps (it warms up 2 iterations and runs without MPS, as its train stage did with 14
-# processes), this tree's runs as the train stage does now (runtime.mps). On the lending tool, run `bash
+# the default's bench has no --warmup or --mps (it warms up 2 iterations and runs without MPS, as its train stage did
+# with 14 processes), this tree's runs as the train stage does now (runtime.mps); a later commit's bench that has both
+# runs with the same arguments as this tree's. On the lending tool, run `bash
 # scripts/device_repro.sh install` first. Results: both benches' outputs, appended to $OUT/bench_then_now.txt where OUT is set.
 # Run on one H200 (2026-11-29: imdb cory and imdb ppo with the defaults, then imdb cory alone, in 490 s; the numbers
 # are in docs/speed.md); note that the math group's work per iteration changed after 40b46c7 (128 samples instead of
@@ -26,8 +27,10 @@ git worktree add -q --detach "$then_tree" "$then_commit"
 {
   # (the first commits ran it as a file, later ones as a module of the scripts package)
   bench=$([ -f "$then_tree/scripts/__init__.py" ] && echo "-m scripts.bench_rl" || echo scripts/bench_rl.py)
-  echo "== then: commit $then_commit (python $bench --group $group --run $run --iterations $iterations --workers $workers)"
-  (cd "$then_tree" && python3 $bench --group "$group" --run "$run" --iterations "$iterations" --workers $workers)
+  # an earlier commit whose bench has --warmup and --mps runs exactly as this tree's does
+  same=$(grep -q -- '"--mps"' "$then_tree/scripts/bench_rl.py" && echo "--warmup 2 $mps" || true)
+  echo "== then: commit $then_commit (python $bench --group $group --run $run --iterations $iterations --workers $workers $same)"
+  (cd "$then_tree" && python3 $bench --group "$group" --run "$run" --iterations "$iterations" --workers $workers $same)
   echo "== now: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' + uncommitted changes')" \
     "(python -m scripts.bench_rl --group $group --run $run --iterations $iterations --warmup 2 --workers $workers $mps)"
   python3 -m scripts.bench_rl --group "$group" --run "$run" --iterations "$iterations" --warmup 2 --workers $workers $mps
