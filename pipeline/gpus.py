@@ -179,16 +179,25 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, str]]:
-    """(results of the futures that finished, {name: error line} of those that failed), in the order they end; each
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether a unit failed for want of GPU memory (torch's OutOfMemoryError, or CUDA's own "out of memory", which a
+    process that cannot even create its context under a full GPU raises): a failure that fewer processes at once may
+    not meet."""
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, BaseException]]:
+    """(results of the futures that finished, {name: exception} of those that failed), in the order they end; each
     failure is said as it happens, and the others run on."""
     results, failed = [], {}
     for future in as_completed(futures):
         try:
             results.append(future.result())
         except Exception as exc:  # noqa: BLE001 - reported with every other failure when all are done
-            failed[futures[future]] = error_line(exc)
-            print(f"[{who}] {futures[future]} FAILED: {failed[futures[future]]}", flush=True)
+            failed[futures[future]] = exc
+            print(f"[{who}] {futures[future]} FAILED: {error_line(exc)}", flush=True)
     return results, failed
 
 
@@ -197,7 +206,25 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
     """Run `calls` ({name: (function, arguments)}, started in this order) in `processes` worker processes spread over
     `gpus`, under a CUDA MPS daemon where `mps` asks for one and more processes than GPUs share them; returns gather's
     (results in the order they end, {name: error line} of the calls that failed). The functions must be importable
-    by name (spawned workers unpickle them)."""
-    with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps:
-        with worker_pool(processes, worker_gpus(gpus, under_mps)) as pool:
-            return gather({pool.submit(function, *args): name for name, (function, args) in calls.items()}, who)
+    by name (spawned workers unpickle them).
+
+    A call that ran out of GPU memory (`out_of_memory`) is not final while more than one ran at once: once the others
+    have ended, those calls run again, half as many at once (all of them, if fewer), and so on down to one at a time,
+    where a failure is final (the train stage's runs continue from their last checkpoint). So a GPU smaller than the
+    one a profile's `runtime.workers` was chosen for costs time, not runs."""
+    results, failed = [], {}
+    while calls:
+        with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps:
+            with worker_pool(processes, worker_gpus(gpus, under_mps)) as pool:
+                ended, errors = gather({pool.submit(function, *args): name for name, (function, args) in calls.items()},
+                                       who)
+        results += ended
+        at_once = min(processes, len(calls))
+        again = [name for name in calls if name in errors and out_of_memory(errors[name]) and at_once > 1]  # in order
+        failed.update({name: error_line(exc) for name, exc in errors.items() if name not in again})
+        if again:
+            processes = min(len(again), max(1, at_once // 2))
+            print(f"[{who}] {len(again)} ran out of GPU memory with others at once: again, {processes} at once: "
+                  + ", ".join(again), flush=True)
+        calls = {name: calls[name] for name in again}
+    return results, failed

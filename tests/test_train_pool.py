@@ -191,3 +191,52 @@ def test_the_first_wave_of_runs_is_at_most_half_compiled_runs_and_the_rest_longe
     assert [train.cost(job) for job in train.start_order(jobs, slots=len(jobs) // 2)] == longest_first
     plain = [job for job in jobs if not job.train.ppo.compile]
     assert [train.cost(job) for job in train.start_order(plain, 12)] == sorted(map(train.cost, plain), reverse=True)
+
+
+def test_calls_that_ran_out_of_gpu_memory_run_again_fewer_at_once(monkeypatch, capsys):
+    """A GPU that holds two of these calls at once, and one of them only alone: each call that ran out of memory runs
+    again after the others, half as many at once, down to one; every call ends, and nothing is said to have failed.
+    (The pool is threads here, so that the calls can see how many run at once; the real pool is the test above's.)"""
+    import torch
+    from concurrent.futures import ThreadPoolExecutor
+
+    pools = []
+
+    def pool(processes, gpus):
+        pools.append(processes)
+        return ThreadPoolExecutor(processes)
+
+    fits = {"b": 2, "c": 1}  # the most at once with which each still has memory; the others fit any way
+
+    def unit(name):
+        if pools[-1] > fits.get(name, 99):
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB ({name})")
+        return name
+
+    monkeypatch.setattr(sharing, "worker_pool", pool)
+    results, failed = sharing.run_at_once({n: (unit, (n,)) for n in "abcd"}, 8, [], False, "train")
+    assert sorted(results) == ["a", "b", "c", "d"] and failed == {}
+    assert pools == [8, 2, 1]  # 4 at once (b and c out of memory), then b and c at once (c again), then c alone
+    said = capsys.readouterr().out
+    assert "[train] 2 ran out of GPU memory with others at once: again, 2 at once: b, c" in said
+    assert "[train] 1 ran out of GPU memory with others at once: again, 1 at once: c" in said
+
+
+def test_other_failures_and_out_of_memory_alone_are_final(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pools = []
+    monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: pools.append(processes) or
+                        ThreadPoolExecutor(processes))
+
+    def unit(name):
+        if name == "nan":
+            raise FloatingPointError("non-finite loss")
+        if name == "huge":  # CUDA's own words, as a process raises them when it cannot create its context
+            raise RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported")
+        return name
+
+    results, failed = sharing.run_at_once({n: (unit, (n,)) for n in ("ok", "nan", "huge")}, 3, [], False, "evaluate")
+    assert results == ["ok"] and pools == [3, 1]  # huge again alone, nan not again
+    assert failed == {"nan": "FloatingPointError: non-finite loss", "huge": "RuntimeError: CUDA error: out of memory"}
+    assert sharing.out_of_memory(RuntimeError("CUDA error: out of memory")) and not sharing.out_of_memory(ValueError("x"))
