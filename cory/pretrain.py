@@ -130,6 +130,21 @@ def _optimizer_step(model, optimizer, schedule, grad_clip: float | None) -> None
     optimizer.zero_grad(set_to_none=True)
 
 
+def train_step(model, loss_fn, window: torch.Tensor, optimizer, schedule, cfg: PretrainConfig, bf16: bool
+               ) -> torch.Tensor:
+    """One optimizer step on a (rows, T+1) window of tokens: the backward pass of each of its `cfg.micro_batches`
+    equal slices (bf16 autocast where `bf16`), then `_optimizer_step`; returns the step's loss, the mean of the slices',
+    on the device (no host sync)."""
+    step_loss = torch.zeros((), device=window.device)
+    for part in window.chunk(cfg.micro_batches):
+        with torch.autocast(window.device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model, part) / cfg.micro_batches
+        loss.backward()
+        step_loss += loss.detach()
+    _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
+    return step_loss
+
+
 def _sync(device: str) -> None:
     if _is_cuda(device):
         torch.cuda.synchronize()
@@ -247,12 +262,7 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
         for step in range(1, steps + 1):
             starts = torch.randint(0, len(train_stream) - cfg.seq_len, (rows, 1), device=device, generator=sampler)
             window = train_stream[starts + offsets]  # (rows, T+1)
-            for part in window.chunk(cfg.micro_batches):  # equal slices: the step's loss is the mean of theirs
-                with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
-                    loss = loss_fn(model, part) / cfg.micro_batches
-                loss.backward()
-                running += loss.detach()  # stays on the device: no per-step sync
-            _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
+            running += train_step(model, loss_fn, window, optimizer, schedule, cfg, bf16)  # on the device: no sync
             if step == 1:  # the first step holds any compilation (one sync, to time it)
                 _sync(device)
                 first_step_seconds = time.perf_counter() - prepared

@@ -289,7 +289,6 @@ class Tracker:
         self._pending.clear()
         self._call("end run", lambda: self._client.set_terminated(self.run_id, status))
 
-
     def _flush(self) -> None:
         """Send the queued metrics now. MLflow's logging thread otherwise notices the end of a run only when its
         wait for more (one second) times out: one second at the end of every run and stage. With the queue's

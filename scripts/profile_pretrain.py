@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import torch
 
-from cory.pretrain import _adamw, _optimizer_step, _setup, _sync, _warmup_cosine, build_causal_lm, compiled_loss
+from cory.pretrain import _adamw, _setup, _sync, _warmup_cosine, build_causal_lm, compiled_loss, train_step
 from cory.settings import LMConfig, PretrainConfig
 from pipeline.common import load_params, section
 from pipeline.params import BaseModelConfig
@@ -47,11 +47,7 @@ def train_steps(model, loss_fn, optimizer, schedule, cfg: PretrainConfig, vocab:
     rows = cfg.batch_tokens // cfg.seq_len
     for _ in range(steps):
         window = torch.randint(0, vocab, (rows, cfg.seq_len + 1), device=device)
-        for part in window.chunk(cfg.micro_batches):
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_fn(model, part) / cfg.micro_batches
-            loss.backward()
-        _optimizer_step(model, optimizer, schedule, cfg.grad_clip)
+        train_step(model, loss_fn, window, optimizer, schedule, cfg, bf16)
 
 
 def profile_pretraining(lm: LMConfig, pre: PretrainConfig, vocab: int, steps: int, warmup: int, profile_steps: int,
