@@ -197,7 +197,10 @@ def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, BaseEx
             results.append(future.result())
         except Exception as exc:  # noqa: BLE001 - reported with every other failure when all are done
             failed[futures[future]] = exc
-            print(f"[{who}] {futures[future]} FAILED: {error_line(exc)}", flush=True)
+            if out_of_memory(exc):  # whether it runs again, run_at_once says next (torch's message: its first part)
+                print(f"[{who}] {futures[future]} ran out of GPU memory: {error_line(exc).split('. GPU')[0]}", flush=True)
+            else:
+                print(f"[{who}] {futures[future]} FAILED: {error_line(exc)}", flush=True)
     return results, failed
 
 

@@ -5,6 +5,8 @@
 Each call takes `fraction` of the GPU's memory in one tensor and holds it for a few seconds, so that at most
 1/fraction of them fit at once: with --calls 4 and 0.4, the first pass (4 processes at once) leaves some out of memory,
 and those run again, 2 at once. Prints the pool's own lines and then each call's result; exits 1 if any failed.
+Run on one H200 (2026-11-29, branch next/oom-retry as this script came to it, 55.9 GiB a call): without and with --mps alike,
+2 of the 4 ran out of memory beside the 2 that fit, ran again 2 at once, and all 4 ended (34.0 s, 31.4 s).
 """
 
 from __future__ import annotations

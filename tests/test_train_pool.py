@@ -240,3 +240,15 @@ def test_other_failures_and_out_of_memory_alone_are_final(monkeypatch):
     assert results == ["ok"] and pools == [3, 1]  # huge again alone, nan not again
     assert failed == {"nan": "FloatingPointError: non-finite loss", "huge": "RuntimeError: CUDA error: out of memory"}
     assert sharing.out_of_memory(RuntimeError("CUDA error: out of memory")) and not sharing.out_of_memory(ValueError("x"))
+
+
+def test_a_call_out_of_memory_is_said_in_short_and_not_as_failed(capsys):
+    from concurrent.futures import Future
+
+    future = Future()
+    future.set_exception(RuntimeError("CUDA out of memory. Tried to allocate 55.92 GiB. GPU 0 has a total capacity "
+                                      "of 139.80 GiB of which 26.42 GiB is free. Process 520 has 56.43 GiB in use."))
+    results, failed = sharing.gather({future: "call2"}, "check")
+    assert results == [] and list(failed) == ["call2"]
+    said = capsys.readouterr().out
+    assert said == "[check] call2 ran out of GPU memory: RuntimeError: CUDA out of memory. Tried to allocate 55.92 GiB\n"
