@@ -26,7 +26,7 @@ from cory.tracking import start_run
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
 )
-from pipeline.gpus import run_at_once, visible_gpus
+from pipeline.gpus import processes_at_once, run_at_once, visible_gpus
 from pipeline.params import EvaluateConfig, RuntimeConfig
 
 UNSEEDED = "none"
@@ -142,7 +142,7 @@ def evaluate(
     daemon where several share one: runtime.mps), or `workers` in all without a GPU; else, or where that is one
     process, one after another here."""
     gpus = visible_gpus() if on == "cuda" and runtime is not None else []
-    processes = 1 if runtime is None else min(len(runs), runtime.workers * max(1, len(gpus)))
+    processes = 1 if runtime is None else min(len(runs), processes_at_once(runtime.workers, gpus))
     if processes > 1:
         calls = {f"{name} seed {seed}": (evaluate_one, (name, seed, folder, cfg, questions, answers, on))
                  for name, seed, folder in runs}

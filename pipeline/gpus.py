@@ -146,6 +146,11 @@ def worker_gpus(gpus: list[str], under_mps: bool) -> list[str]:
     return [str(position) for position in range(len(gpus))] if under_mps else gpus
 
 
+def processes_at_once(workers: int, gpus: list[str]) -> int:
+    """How many worker processes a stage runs at once: `workers` per visible GPU, or `workers` in all without one."""
+    return workers * max(1, len(gpus))
+
+
 def gpu_of_worker(index: int, gpus: list[str]) -> str | None:
     """The GPU of the index-th worker process: workers go round-robin over the GPUs, so `runtime.workers` runs per
     GPU share each one (None without a GPU)."""
@@ -223,7 +228,8 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
                                        who)
         results += ended
         at_once = min(processes, len(calls))
-        again = [name for name in calls if name in errors and out_of_memory(errors[name]) and at_once > 1]  # in order
+        # in the calls' order; with one at a time, nothing is tried again
+        again = [name for name in calls if name in errors and out_of_memory(errors[name])] if at_once > 1 else []
         failed.update({name: error_line(exc) for name, exc in errors.items() if name not in again})
         if again:
             processes = min(len(again), max(1, at_once // 2))

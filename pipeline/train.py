@@ -40,7 +40,7 @@ from pipeline.common import (
     ROOT, code_digest, content_digest, device, load_params, out_dir, profile, require_device, run_stage, section, seeds,
     stage_timer, write_json,
 )
-from pipeline.gpus import error_line, run_at_once, visible_gpus
+from pipeline.gpus import error_line, processes_at_once, run_at_once, visible_gpus
 from pipeline.params import RuntimeConfig
 
 
@@ -90,7 +90,8 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str], mps
     finished, {run name: error} of those that failed). One run's failure (out of GPU memory, a non-finite loss) stops
     that run only: the others train on, and a rerun of the stage keeps them (fingerprints)."""
     failed: dict[str, str] = {}
-    if workers == 1 and len(gpus) <= 1:
+    processes = processes_at_once(workers, gpus)
+    if processes == 1:
         summaries = []
         for job in todo:
             try:
@@ -99,7 +100,7 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str], mps
                 failed[job.name] = error_line(exc)
         return summaries, failed
     calls = {job.name: (run_job, (job, *settings)) for job in todo}
-    return run_at_once(calls, workers * max(1, len(gpus)), gpus, mps, "train")
+    return run_at_once(calls, processes, gpus, mps, "train")
 
 
 def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dict], dict[str, str]]:
@@ -271,13 +272,14 @@ def main(argv: list[str]) -> None:
     with stage_timer(params, "train"):
         settings = (name, runtime.log_every, runtime.checkpoint_every, tasks)
         gpus = visible_gpus() if device() == "cuda" else []
-        todo = start_order(todo, runtime.workers * max(1, len(gpus)))
+        processes = processes_at_once(runtime.workers, gpus)
+        todo = start_order(todo, processes)
         if len(gpus) > 1:
             print(f"[train] {len(gpus)} GPUs: {runtime.workers} runs at once on each", flush=True)
         if runtime.executor == "ray":
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
-            if todo and (runtime.workers > 1 or len(gpus) > 1):  # processes at once
+            if todo and processes > 1:  # processes at once
                 from cory.tracking import open_store
 
                 open_store(name)  # before the processes that log to it start at once
