@@ -147,7 +147,10 @@ class SentimentReward:
     This is the paper's IMDB reward: `lvwerra/distilbert-imdb` with `function_to_apply="none"`, score of the
     POSITIVE class, on `query + response` (CORY.md §2.1). The model is called directly rather than through
     `pipeline`, whose `top_k=None` sorts the classes by score (the pitfall of §2.1). Padding is on the right so that
-    models with absolute position embeddings see every text exactly as they would alone.
+    models with absolute position embeddings see every text exactly as they would alone. Texts are scored
+    `batch_size` at a time: 512 takes a CORY iteration's pioneer and observer texts (cory.trainer scores both roles
+    in one call) in one pass up to the paper's batch of 256, where each pass of a small classifier is mostly its host
+    time.
     """
 
     def __init__(
@@ -155,7 +158,7 @@ class SentimentReward:
         model_name_or_path: str,
         tokenizer_name_or_path: str | None = None,
         device: str = "cpu",
-        batch_size: int = 64,
+        batch_size: int = 512,
         max_length: int = 512,
         positive_index: int | None = None,
     ) -> None:

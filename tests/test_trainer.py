@@ -242,9 +242,12 @@ def test_samples_per_query_answers_each_query_k_times_side_by_side():
 
     trainer = Trainer(cfg, tiny_lm(), tiny_tokenizer(), reward)
     m = trainer.step(QUERIES[: cfg.ppo.queries_per_batch])
-    assert seen[0] == [q for q in QUERIES[:4] for _ in range(4)]  # both roles scored on the 16 repeated queries
-    assert seen[1] == seen[0]
+    expanded = [q for q in QUERIES[:4] for _ in range(4)]
+    assert seen == [expanded * 2]  # one call of the reward scores both roles, each on the 16 repeated queries
     assert [row["query"] for row in trainer.last_samples] == QUERIES[:4]  # one logged attempt per query
+    for row in trainer.last_samples:  # each role got the scores of its own responses back
+        for role in ("pioneer", "observer"):
+            assert row[f"{role}_score"] == good_word_reward(None, [row[f"{role}_response"]]).item()
     assert all(math.isfinite(v) for v in m.values())
 
 
