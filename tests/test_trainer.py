@@ -371,3 +371,42 @@ def test_with_a_per_shape_cache_the_logged_samples_and_the_probe_reuse_the_train
     assert len(rows) == 3
     sizes = {key[0] for agent in trainer.agents for key in getattr(agent.lm, "_cory_graph_decoders", {})}
     assert sizes == {cfg.ppo.batch_size}
+
+
+@pytest.mark.parametrize("dropout", ["none", "trl"])
+def test_concurrent_updates_give_the_results_of_one_agent_after_the_other(dropout):
+    """cory.concurrent_updates: the two agents' PPO steps in two threads (on a GPU, two CUDA streams) train exactly
+    as one after the other: the same metrics every iteration and the same weights, past a role exchange."""
+    runs = []
+    for concurrent in (False, True):
+        torch.manual_seed(0)
+        trainer = Trainer(config(dropout=dropout, role_exchange_period=2, concurrent_updates=concurrent), tiny_lm(),
+                          tiny_tokenizer(), good_word_reward)
+        history = [{k: v for k, v in trainer.step(QUERIES).items() if not k.startswith("timing/")} for _ in range(3)]
+        runs.append((history, [p.detach().clone() for agent in trainer.agents for p in agent.parameters()]))
+    (sequential, weights), (concurrent, concurrent_weights) = runs
+    assert sequential[2]["swap"] == 0.0 and sequential[1]["swap"] == 1.0  # the roles were exchanged on the way
+    assert concurrent == sequential
+    assert all(torch.equal(a, b) for a, b in zip(weights, concurrent_weights))
+
+
+def test_concurrent_updates_raise_an_agents_error_in_the_caller():
+    from cory.trainer import at_once
+
+    def fails():
+        raise NonFiniteError("iteration 0, llm2 as observer: non-finite loss")
+
+    assert at_once({"pioneer": lambda: 1, "observer": lambda: 2}, torch.device("cpu")) == {"pioneer": 1, "observer": 2}
+    with pytest.raises(NonFiniteError, match="llm2 as observer"):
+        at_once({"pioneer": lambda: 1, "observer": fails}, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("train, message", [
+    ({"lora_rank": 8}, r"train\.cory\.concurrent_updates: needs whole model copies"),
+    ({"ppo": {"dropout": "update"}}, r"train\.cory\.concurrent_updates: cannot run with ppo\.dropout: update"),
+])
+def test_concurrent_updates_need_whole_copies_and_no_dropout_in_the_update(train, message):
+    from cory.config import ConfigError, from_dict
+
+    with pytest.raises(ConfigError, match=message):
+        from_dict(TrainConfig, {**train, "cory": {"concurrent_updates": True}}, "train")
