@@ -306,13 +306,6 @@ class CORYConfig:
     observer_template: str = 'I can make this sentence "{query}{response}" more positive: {query}'
     """Knowledge-transfer prompt of the observer; {query} and {response} are the query and the pioneer's answer.
     Without knowledge transfer the observer gets the pioneer's prompt (`train.prompt_template`)."""
-    concurrent_updates: bool = False
-    """Run the two agents' PPO steps (Alg. 1 lines 15-16, independent of each other) at once, each in a thread on
-    its own CUDA stream, so that one agent's kernels fill the GPU where the other's leave it idle: at the GPT-2 Large
-    shape the update phase took 0.97 s instead of 1.17 s (scripts/bench_overlap.py, docs/speed.md). The same
-    results as one after the other (mini-batch orders drawn beforehand, in that order). Needs whole model copies
-    (no train.lora_rank: the agents' adapters share one model, which runs one adapter at a time) and an update
-    without dropout (ppo.dropout other than "update", whose masks the two threads would draw in a racy order)."""
 
     def __post_init__(self) -> None:
         path = section_path("train.cory")
@@ -382,11 +375,6 @@ class TrainConfig:
               "compiles full fine-tuning only; set it false with train.lora_rank")
         check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",
               "needs lora_rank: 4-bit weights cannot be fine-tuned, only adapters on them")
-        check(not (self.cory.concurrent_updates and self.lora_rank is not None), f"{path}.cory.concurrent_updates",
-              "needs whole model copies: with train.lora_rank the agents are adapters of one model, which runs one "
-              "adapter at a time")
-        check(not (self.cory.concurrent_updates and self.ppo.dropout == "update"), f"{path}.cory.concurrent_updates",
-              "cannot run with ppo.dropout: update (two threads would draw the dropout masks in a racy order)")
 
     @property
     def eta(self) -> float:

@@ -103,28 +103,18 @@ def make_experience(
                       advantages, returns)
 
 
-def epoch_orders(cfg, batch_size: int, generator: torch.Generator | None = None):
-    """The order of the rows in each PPO epoch, (batch_size,) each, drawn on the host (picking a mini-batch waits for
-    no device) as each epoch starts: dropout in the update (ppo.dropout: update) draws from the same RNG between
-    them. A list of them drawn beforehand serves agents that update at once (cory.concurrent_updates)."""
-    for _ in range(cfg.ppo_epochs):
-        yield torch.randperm(batch_size, generator=generator)
-
-
-def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None = None,
-               orders: list[torch.Tensor] | None = None) -> dict[str, float]:
-    """PPO epochs over shuffled mini-batches (`orders`, else drawn as each epoch starts: epoch_orders), then the
-    KL controller update. Returns the step's statistics."""
+def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None = None) -> dict[str, float]:
+    """PPO epochs over shuffled mini-batches, then the KL controller update. Returns the step's statistics."""
     cfg = agent.cfg
     B = exp.scores.shape[0]
-    orders = epoch_orders(cfg, B, generator) if orders is None else orders
     # trl computes the update's log-probs and values with the same batched_forward_pass, in eval mode: ppo.dropout
     # "trl" (and "none") update without dropout; only "update" drops here.
     agent.activate()
     agent.train(cfg.dropout == "update")
     skipped = skipped_steps = 0
     stats_acc = []
-    for epoch, order in enumerate(orders):
+    for epoch in range(cfg.ppo_epochs):
+        order = torch.randperm(B, generator=generator)  # on the host: picking a mini-batch waits for no device
         for start in range(0, B, cfg.backward_batch_size):
             backward_idx = order[start : start + cfg.backward_batch_size]
             for mb_start in range(0, len(backward_idx), cfg.mini_batch_size):

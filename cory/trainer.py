@@ -7,9 +7,6 @@ it; PPO simply has no observer.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import threading
 import time
 from contextlib import contextmanager
 from typing import Callable, Sequence
@@ -20,7 +17,7 @@ import torch
 from cory import ppo
 from cory.agents import Agent, build_agents
 from cory.config import TrainConfig
-from cory.learner import Experience, NonFiniteError, epoch_orders, make_experience, whole_groups, ppo_update
+from cory.learner import Experience, NonFiniteError, make_experience, whole_groups, ppo_update
 from cory.metrics import distinct_n
 from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
 from cory.rollout import Rollout, align_lm_head, configure_gpu_for_rl, fuse_gelu, generate
@@ -108,20 +105,16 @@ class Trainer:
         with timer("update"):
             # Each agent runs its own PPO step on its own buffer (Alg. 1 lines 15-16).
             metrics: dict[str, float] = {}
-            players = {role: agent for role, agent in (("pioneer", pioneer), ("observer", observer)) if agent is not None}
-            kept = None if bool(keep.all()) else keep
-            steps = {role: functools.partial(self._ppo_step, role, agent, rollouts[role], training_scores[role], kept)
-                     for role, agent in players.items()}
-            if cfg.cory.concurrent_updates:
-                # Each agent's mini-batch orders drawn first, in turn: what one agent after the other draws from the
-                # host RNG (an update without dropout draws nothing else), so the results are the same.
-                orders = {role: list(epoch_orders(agent.cfg, len(keep))) for role, agent in players.items()}
-                done = at_once({role: functools.partial(step, orders[role]) for role, step in steps.items()},
-                               pioneer.device)
-            else:
-                done = {role: step() for role, step in steps.items()}
-            for role, agent in players.items():
-                exp, stats, beta = done[role]
+            for role, agent in (("pioneer", pioneer), ("observer", observer)):
+                if agent is None:
+                    continue
+                beta = agent.kl_ctl.value
+                try:
+                    exp = make_experience(agent, self.ref_lm, rollouts[role], training_scores[role],
+                                          None if bool(keep.all()) else keep)
+                    stats = ppo_update(agent, exp)
+                except NonFiniteError as exc:
+                    raise NonFiniteError(f"iteration {self.iteration}, {agent.name} as {role}: {exc}") from None
                 stats["dropped_samples"] = float((~keep).sum())
                 role_stats = self._role_metrics(exp, stats, task_scores[role][keep], training_scores[role][keep], beta)
                 role_stats["role"] = 0.0 if role == "pioneer" else 1.0
@@ -155,16 +148,6 @@ class Trainer:
         scores = self.reward_fn(queries * len(roles), [text for role in roles for text in rollouts[role].responses],
                                 None if answers is None else answers * len(roles)).float()
         return dict(zip(roles, scores.split(len(queries))))
-
-    def _ppo_step(self, role: str, agent: Agent, rollout: Rollout, scores: torch.Tensor, keep: torch.Tensor | None,
-                  orders: list[torch.Tensor] | None = None) -> tuple[Experience, dict[str, float], float]:
-        """One agent's experience and PPO update; returns them with the KL coefficient the experience used."""
-        beta = agent.kl_ctl.value
-        try:
-            exp = make_experience(agent, self.ref_lm, rollout, scores, keep)
-            return exp, ppo_update(agent, exp, orders=orders), beta
-        except NonFiniteError as exc:
-            raise NonFiniteError(f"iteration {self.iteration}, {agent.name} as {role}: {exc}") from None
 
     def _finite_samples(self, queries, rollouts: dict[str, Rollout], scores: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B,) bool: the samples whose task scores (every role's: a CORY sample's reward is the pair's) are finite.
@@ -251,36 +234,6 @@ class Trainer:
                 row[f"{role}_score"] = float(scores[role][i])
             rows.append(row)
         return rows
-
-
-def at_once(calls: dict[str, Callable[[], object]], device: torch.device) -> dict[str, object]:
-    """Each call in a thread of its own, on a CUDA stream of its own on a GPU (cory.concurrent_updates); returns
-    their results by name once all have ended, with the current stream waiting for their streams, or raises the
-    first error. The calls must not touch each other's tensors."""
-    gpu = torch.device(device).type == "cuda"
-    main = torch.cuda.current_stream(device) if gpu else None
-    streams = {name: torch.cuda.Stream(device) for name in calls} if gpu else {}
-    results, errors = {}, {}
-
-    def run(name: str) -> None:
-        try:
-            if gpu:
-                streams[name].wait_stream(main)  # the rollouts were made on the current stream
-            with torch.cuda.stream(streams[name]) if gpu else contextlib.nullcontext():
-                results[name] = calls[name]()
-        except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
-            errors[name] = exc
-
-    threads = [threading.Thread(target=run, args=(name,)) for name in calls]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for stream in streams.values():
-        main.wait_stream(stream)
-    if errors:
-        raise next(iter(errors.values()))
-    return results
 
 
 class PhaseTimer:
