@@ -80,9 +80,12 @@ class Agent:
         if cfg.zero_init_value_head:
             nn.init.zeros_(self.value_head.summary.weight)
             nn.init.zeros_(self.value_head.summary.bias)
-        # The callable of the experience's and update's forward passes: the LM itself, or compiled (ppo.compile;
-        # it shares the LM's weights, and sampling keeps the LM's own forward).
-        self.forward_lm = compiled_forward(lm, cfg.compile)
+        # The LM the passes run on: the LM itself, or its bf16 copy (ppo.bf16_weights), whose weights follow the
+        # fp32 ones the optimizer steps (collect_gradients, refresh_copy).
+        self.compute_lm = bf16_copy(lm) if cfg.bf16_weights else lm
+        # The callable of the experience's and update's forward passes: that LM, or compiled (ppo.compile; it
+        # shares the LM's weights, and sampling keeps the LM's own forward).
+        self.forward_lm = compiled_forward(self.compute_lm, cfg.compile)
         self.reset_training_state()
 
     def activate(self) -> None:
@@ -120,12 +123,47 @@ class Agent:
     def parameters(self) -> list[nn.Parameter]:
         return list(self.lm_weights().values()) + [p for p in self.value_head.parameters() if p.requires_grad]
 
+    def _copy_pairs(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """(the fp32 LM weights, the bf16 copy's weights at the same names), cached: the tensors stay the same."""
+        if not hasattr(self, "_pairs"):
+            weights, copies = self.lm_weights(), dict(self.compute_lm.named_parameters())
+            self._pairs = list(weights.values()), [copies[name] for name in weights]
+            self._grads = [torch.zeros_like(w) for w in self._pairs[0]]  # the fp32 weights' gradients, kept
+        return self._pairs
+
+    def collect_gradients(self) -> None:
+        """ppo.bf16_weights: add the bf16 copy's gradients of the last backward to the fp32 weights' (in fp32, so
+        that accumulated micro-batches sum there) and clear the copy's. A no-op without the copy."""
+        if self.compute_lm is self.lm:
+            return
+        weights, copies = self._copy_pairs()
+        have = [i for i, c in enumerate(copies) if c.grad is not None]
+        fresh = [i for i in have if weights[i].grad is None]
+        adding = [i for i in have if weights[i].grad is not None]
+        if fresh:
+            torch._foreach_copy_([self._grads[i] for i in fresh], [copies[i].grad for i in fresh])
+            for i in fresh:
+                weights[i].grad = self._grads[i]
+        if adding:
+            torch._foreach_add_([weights[i].grad for i in adding], [copies[i].grad for i in adding])
+        for c in copies:
+            c.grad = None
+
+    @torch.no_grad()
+    def refresh_copy(self) -> None:
+        """ppo.bf16_weights: the fp32 weights (after an optimizer step or a checkpoint's load) onto the bf16 copy,
+        rounded to nearest. A no-op without the copy."""
+        if self.compute_lm is not self.lm:
+            weights, copies = self._copy_pairs()
+            torch._foreach_copy_(copies, weights)
+
     @property
     def device(self) -> torch.device:
         return next(self.lm.parameters()).device
 
     def train(self, mode: bool = True) -> None:
         self.lm.train(mode)
+        self.compute_lm.train(mode)
         self.value_head.train(mode)
 
     def save(self, path: str | Path, tokenizer=None) -> None:
@@ -157,6 +195,8 @@ def build_agents(cfg: TrainConfig, lm) -> tuple[list[Agent], object]:
     names = [f"llm{i + 1}" for i in range(cfg.cory.n_agents)]
     if cfg.lora_rank is None:
         reference = frozen_reference(lm)
+        if cfg.ppo.bf16_weights:
+            reference.to(torch.bfloat16)
         reference = compiled_forward(reference, cfg.ppo.compile)
         copies = [lm] + [copy.deepcopy(lm) for _ in names[1:]]
         return [Agent(n, c, cfg.ppo) for n, c in zip(names, copies)], reference
@@ -242,6 +282,11 @@ class AdaptersDisabled:
                 return self.model(**inputs)
         finally:
             self.model.train(was_training)
+
+
+def bf16_copy(lm):
+    """A bf16 copy of `lm` (ppo.bf16_weights: the agent's passes run on it), trainable where `lm` is."""
+    return copy.deepcopy(lm).to(torch.bfloat16)
 
 
 def frozen_reference(lm):

@@ -83,6 +83,7 @@ def load_checkpoint(directory: str | Path, trainer) -> dict[str, Any] | None:
     for agent in trainer.agents:
         device = agent.device
         _load_lm_weights(agent, source / f"{agent.name}.safetensors")
+        agent.refresh_copy()
         agent.value_head.load_state_dict(load_file(str(source / f"{agent.name}.value_head.safetensors"), device=str(device)))
         agent.optimizer.load_state_dict(torch.load(source / f"{agent.name}.optimizer.pt", map_location=device,
                                                    weights_only=True))

@@ -197,6 +197,16 @@ class PPOConfig:
     """On a GPU, run the RL forward passes (sampling, experience, update) under bf16 autocast; false runs them in
     fp32 with TF32 matmuls, which skips autocast's cast kernels (small models are bound by kernel launches; compare
     with python -m scripts.bench_rl). Weights, optimizer and the PPO math stay fp32 either way."""
+    bf16_weights: bool = False
+    """Run the RL forward and backward passes (sampling, experience, update) on a bf16 copy of each agent's LM, and
+    a bf16 reference, without autocast, on any device. The fp32 weights stay the optimizer's and are what checkpoints
+    and saved models hold ("master weights", as in bf16 training with DeepSpeed, which OpenRLHF uses): after each
+    backward one multi-tensor copy moves the copy's gradients onto them, after each optimizer step another moves the
+    weights onto the copy. Autocast instead casts every weight at every forward pass and every activation between
+    fp32 and bf16 ops: about 2,000 cast kernels and their host dispatch in an IMDB CORY iteration of the default
+    profile. Not the same numbers as autocast: the activations between matmuls (the residual stream, the layer norms'
+    outputs) are bf16 instead of fp32; the log-softmaxes, the values and the PPO math stay fp32. Full fine-tuning
+    only; with mixed_precision true."""
     align_head: bool = False
     """Run the LM's output layer on its weight padded to a multiple of 64 rows, slicing the extra logits off (same
     logits: cory.rollout.AlignedLMHead), in sampling, experience and update. cuBLAS runs GPT-2's odd 50,257-row
@@ -254,6 +264,8 @@ class PPOConfig:
             f"{path}.use_score_norm",
             "only takes effect with use_score_scaling: true",
         )
+        check(self.mixed_precision or not self.bf16_weights, f"{path}.bf16_weights",
+              "runs the passes in bf16, which mixed_precision: false turns off; set one of them the other way")
         check(
             self.batch_size % self.backward_batch_size == 0,
             f"{path}.mini_batch_size",
@@ -285,6 +297,11 @@ class PPOConfig:
     @property
     def optimizer_steps_per_epoch(self) -> int:
         return self.batch_size // self.backward_batch_size
+
+    @property
+    def autocast(self) -> bool:
+        """Whether the RL passes run under bf16 autocast (on a GPU): mixed precision without bf16 weight copies."""
+        return self.mixed_precision and not self.bf16_weights
 
 
 @dataclass
@@ -373,6 +390,8 @@ class TrainConfig:
         check(self.lora_alpha > 0, f"{path}.lora_alpha", f"must be > 0, got {self.lora_alpha}")
         check(not (self.ppo.compile and self.lora_rank is not None), f"{path}.ppo.compile",
               "compiles full fine-tuning only; set it false with train.lora_rank")
+        check(not (self.ppo.bf16_weights and self.lora_rank is not None), f"{path}.ppo.bf16_weights",
+              "copies full fine-tuning's weights only; set it false with train.lora_rank")
         check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",
               "needs lora_rank: 4-bit weights cannot be fine-tuned, only adapters on them")
 

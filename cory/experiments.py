@@ -350,7 +350,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
                              peak_gpu_memory_gib=peak, run=job.name, algorithm=job.algorithm, seed=job.seed,
                              fingerprint=job.fingerprint, resumed_after=None if resumed is None else first - 1,
                              phase_seconds={name: round(seconds, 2) for name, seconds in phase.totals.items()},
-                             decoding_shapes={agent.name: cache_shapes(agent.lm) for agent in trainer.agents})
+                             decoding_shapes={agent.name: cache_shapes(agent.compute_lm) for agent in trainer.agents})
     shutil.rmtree(resume_dir, ignore_errors=True)  # summary.json marks the run complete: nothing left to resume
     if tracker is not None:
         tracker.log_samples(run_dir / "samples.jsonl", job.train.iterations)

@@ -74,7 +74,7 @@ def make_experience(
     parts = []
     for start in range(0, len(rollout.prompts), chunk):
         part = rollout.select(torch.arange(start, min(start + chunk, len(rollout.prompts))))  # a host index: no sync
-        with autocast(device, cfg.mixed_precision):
+        with autocast(device, cfg.autocast):
             logits, values = forward_response(agent.forward_lm, part, agent.value_head)
             ref_logits, _ = forward_response(ref_lm, part)
         statistics = vocabulary_pass(ppo.response_statistics, cfg, logits)
@@ -134,11 +134,13 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
                         continue
                     loss = loss * 0.0
                 (loss / cfg.gradient_accumulation_steps).backward()
+                agent.collect_gradients()  # ppo.bf16_weights: onto the fp32 weights
             # Clip (if set) and check the gradient in one pass: a non-finite gradient (a kernel's NaN, an overflow)
             # is dropped rather than stepped on, as AMP's GradScaler does, so one bad batch cannot poison the weights.
             norm = torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm or float("inf"))
             if torch.isfinite(norm).item():
                 agent.optimizer.step()
+                agent.refresh_copy()
             elif cfg.on_nonfinite == "error":
                 raise NonFiniteError(f"non-finite gradient (norm {norm.item()}) in epoch {epoch}, optimizer step at "
                                      f"sample {start}")
@@ -174,7 +176,7 @@ def _minibatch_loss(agent: Agent, exp: Experience, rows: torch.Tensor):
     idx = rows.to(agent.device, non_blocking=True)
     part = exp.rollout.select(rows, on_device=idx)
     mask = part.response_mask.float()
-    with autocast(agent.device, cfg.mixed_precision):
+    with autocast(agent.device, cfg.autocast):
         logits, values = forward_response(agent.forward_lm, part, agent.value_head)
     logprobs = vocabulary_pass(ppo.token_logprobs, cfg, logits, eager=ppo.logprobs_of)(logits, part.response_ids)
     pg_loss, pg_stats = ppo.policy_loss(logprobs, exp.logprobs[idx], exp.advantages[idx], mask, cfg.cliprange)

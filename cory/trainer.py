@@ -198,8 +198,8 @@ class Trainer:
         agent.activate()
         # at most a training batch at a time, and at a training batch's shape (see generate): the logged samples and
         # the probe reuse the decoding step the training batches compiled
-        return generate(agent.lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens, ppo_cfg.batch_size,
-                        mixed_precision=ppo_cfg.mixed_precision, dropout=dropout)
+        return generate(agent.compute_lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
+                        ppo_cfg.batch_size, mixed_precision=ppo_cfg.autocast, dropout=dropout)
 
     def _role_metrics(
         self, exp: Experience, stats: dict[str, float], task: torch.Tensor, training: torch.Tensor, beta: float
