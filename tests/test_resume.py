@@ -47,9 +47,10 @@ def task(tmp_path_factory) -> TaskConfig:
     return TaskConfig(model=str(root / "model"), prompts=str(root / "prompts.jsonl"), reward="math")
 
 
-def job(task: TaskConfig, where, n_agents: int) -> Job:
+def job(task: TaskConfig, where, n_agents: int, bf16_weights: bool = False) -> Job:
     ppo = PPOConfig(learning_rate=3e-3, batch_size=8, mini_batch_size=4, init_kl_coef=0.05, use_score_scaling=True,
-                    use_score_norm=True, generation=GenerationConfig(response_length=(3, 6), repetition_penalty=1.0))
+                    use_score_norm=True, generation=GenerationConfig(response_length=(3, 6), repetition_penalty=1.0),
+                    bf16_weights=bf16_weights)
     train = TrainConfig(iterations=ITERATIONS, samples_to_log=2, ppo=ppo,
                         cory=CORYConfig(n_agents=n_agents, role_exchange_period=2))
     return Job("g", "r", 0, train, task, task.model, str(where / "run"), True, str(where / "ckpt"), fingerprint="f1")
@@ -61,16 +62,17 @@ def history(run_dir) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith("timing/")} for row in rows]
 
 
-@pytest.mark.parametrize("n_agents", [1, 2])
-def test_a_killed_run_resumes_to_the_uninterrupted_history(task, tmp_path, monkeypatch, n_agents):
+@pytest.mark.parametrize("n_agents, bf16_weights", [(1, False), (2, False), (2, True)])
+def test_a_killed_run_resumes_to_the_uninterrupted_history(task, tmp_path, monkeypatch, n_agents, bf16_weights):
+    """With ppo.bf16_weights too: the checkpoint holds the fp32 weights, and the bf16 copy is made from them again."""
     torch.set_num_threads(1)
-    whole = job(task, tmp_path / "whole", n_agents)
+    whole = job(task, tmp_path / "whole", n_agents, bf16_weights)
     phases = run_training(whole, "cpu", checkpoint_every=2)["phase_seconds"]
     # where the wall time went: every phase this run had (no probe, no MLflow tracker), none negative
     assert set(phases) == {"setup", "samples", "iterations", "logging", "checkpoints", "save"}
     assert all(seconds >= 0 for seconds in phases.values()) and phases["iterations"] > 0
 
-    killed = job(task, tmp_path / "killed", n_agents)
+    killed = job(task, tmp_path / "killed", n_agents, bf16_weights)
     with killed_on_step(monkeypatch, 6):  # iterations 0-4 done, the checkpoint after iteration 3 in force
         run_training(killed, "cpu", checkpoint_every=2)
     assert len(history(tmp_path / "killed/run")) == 5 and (tmp_path / "killed/ckpt/resume/latest").is_file()
