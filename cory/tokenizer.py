@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from transformers import AutoTokenizer, GPT2TokenizerFast, PreTrainedTokenizerBase
+from transformers import GPT2TokenizerFast, PreTrainedTokenizerBase
 
 from cory.config import package_dir
 
@@ -42,6 +42,10 @@ def load_tokenizer(name_or_path: str = OFFLINE_GPT2) -> PreTrainedTokenizerBase:
         if len(tokenizer) != 50257:
             raise RuntimeError(f"offline GPT-2 tokenizer has {len(tokenizer)} tokens, expected 50257")
         return tokenizer
+    # imported here: transformers 5's AutoTokenizer brings its model-loading machinery (auto_factory), 7.7 s of a
+    # stage process's start on the GPU machine that the offline tokenizer does not need (docs/speed.md)
+    from transformers import AutoTokenizer
+
     return _for_rl(AutoTokenizer.from_pretrained(name_or_path))
 
 

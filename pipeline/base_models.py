@@ -1,7 +1,8 @@
-"""DVC stage base_models: the base language models, outputs/<profile>/models/<name>/ (model + tokenizer).
+"""DVC stage base_models: the base language models, outputs/<profile>/models/<name>/ (model + tokenizer), and the
+reward model, outputs/<profile>/models/reward/ (pipeline.reward_model).
 
-`python -m pipeline.base_models [NAME ...]` (default: every model under params `base_models`). The default profile
-names three:
+`python -m pipeline.base_models [NAME ...]` (default: every model under params `base_models`, and `reward`, the
+reward model of params `reward_model`). The default profile names three base models:
 - imdb_small: the GPT2-Large stand-in that PPO and both CORY agents start from;
 - imdb_large: the GPT2-XL stand-in of the model-size ablation, about twice imdb_small's parameters (as many as the
   two CORY copies together; `compare_params_with: imdb_small` writes the ratio to its metrics);
@@ -11,7 +12,8 @@ A `source` other than "scratch" (a hub name such as gpt2-large, or a local folde
 On a GPU the models train at the same time, one process each: small models leave an H100 partly idle, and one stage
 instead of one per model saves DVC's and Python's start between them. Where several share a GPU they run under a CUDA
 MPS daemon (runtime.mps), as the train stage's runs do; with several GPUs they spread over them. On a CPU they train
-one after another in this process. Each model is a cached unit, as the train stage's runs are: its fingerprint
+one after another in this process. The reward model starts from imdb_small (reward_model.init_from), so it starts
+once that one is saved, in a worker whose imports are done, while the others still train. Each model is a cached unit, as the train stage's runs are: its fingerprint
 hashes its settings, its corpus's prepared files and this stage's code, and a model whose folder records the same
 fingerprint is kept, not retrained (its outputs are `persist: true` in dvc.yaml), so a change to the math corpus
 retrains the math model only. A model that fails stops alone; the stage then fails naming it.
@@ -35,12 +37,13 @@ import torch
 from cory.config import ConfigError, to_dict
 from cory.roles import TABLE3_QUERIES
 from cory.tracking import open_store, provenance, start_run
+from pipeline import reward_model as reward
 from pipeline.common import (
     code_digest, content_digest, device, load_params, out_dir, process_started_at, profile, read_jsonl, require_device,
     run_stage, section, stage_timer, write_json,
 )
 from pipeline.gpus import error_line, run_at_once, visible_gpus
-from pipeline.params import SCRATCH, BaseModelConfig, RuntimeConfig
+from pipeline.params import REWARD, SCRATCH, BaseModelConfig, RuntimeConfig
 
 
 # transformers and the model code (cory.pretrain, cory.tokenizer) are imported where a model is built, in the worker
@@ -151,7 +154,7 @@ def fingerprint(name: str, params: dict) -> str:
         "config": to_dict(cfg),
         "compare": to_dict(section(params, f"base_models.{other}", BaseModelConfig)) if other else None,
         "corpus": content_digest(str(out_dir(params, "data", cfg.corpus))),
-        "code": code_digest("base_models"),
+        "code": code_digest("base_models", leave_out=reward.CODE),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -190,16 +193,53 @@ def train_one(name: str, digest: str, params: dict) -> dict:
     return metrics
 
 
+def reward_inputs(params: dict, training: set[str]) -> None:
+    """The reward model's input files, before any model trains: the prepared IMDB reviews, and the base model it
+    starts from unless that one is among `training` (the names this run trains)."""
+    for split in ("train", "validation"):
+        path = out_dir(params, "data", "imdb", f"{split}.jsonl")
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found (the reward model trains on it; run dvc repro prepare_imdb)")
+    first = reward.prerequisite(params)
+    if first is not None and first not in training and not out_dir(params, "models", first, "config.json").is_file():
+        raise FileNotFoundError(f"reward_model.init_from: {out_dir(params, 'models', first)} holds no model (train it "
+                                f"too: python -m pipeline.base_models {first} {REWARD})")
+
+
+def fingerprints(names: list[str], params: dict) -> dict[str, str]:
+    """{name: fingerprint} of base models and, where `names` holds REWARD, the reward model (its fingerprint holds
+    that of the base model it starts from)."""
+    digests = {name: fingerprint(name, params) for name in names if name != REWARD}
+    if REWARD in names:
+        first = reward.prerequisite(params)
+        init = None if first is None else digests.get(first) or fingerprint(first, params)
+        digests[REWARD] = reward.fingerprint(params, init, code_digest("base_models"))
+    return digests
+
+
+def current(name: str, params: dict, digest: str) -> bool:
+    return reward.is_current(params, digest) if name == REWARD else is_current(name, params, digest)
+
+
 def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
-    """Train the models `todo` ({name: fingerprint}); returns {name: error} of those that failed (the others finish).
-    On a GPU the models train at once, one process each, spread over the visible GPUs (under an MPS daemon where
-    several share one: runtime.mps); on a CPU, or one model alone, one after another in this process."""
+    """Train the models `todo` ({name: fingerprint}, the reward model after the base model it starts from); returns
+    {name: error} of those that failed (the others finish). On a GPU the models train at once, one process each,
+    spread over the visible GPUs (under an MPS daemon where several share one: runtime.mps), the reward model in the
+    worker of the first to end once the one it starts from is saved; on a CPU, or one model alone, one after
+    another in this process."""
     failed: dict[str, str] = {}
+    first = reward.prerequisite(params)
+    waits = REWARD in todo and first in todo  # the reward model waits for its base model
+    calls = {name: (reward.train_reward, (digest, params)) if name == REWARD else (train_one, (name, digest, params))
+             for name, digest in todo.items()}
     gpus = visible_gpus() if device() == "cuda" else []
-    if not gpus or len(todo) == 1:
-        for name, digest in todo.items():
+    if not gpus or len(todo) - waits == 1:
+        for name, (function, args) in calls.items():
+            if name == REWARD and waits and first in failed:
+                failed[name] = f"not run: {first} failed"
+                continue
             try:
-                train_one(name, digest, params)
+                function(*args)
             except (ConfigError, FileNotFoundError):  # bad input: the stage's one-line error, as before any work
                 raise
             except Exception as exc:  # noqa: BLE001 - reported with the others when every model is done
@@ -209,31 +249,38 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
     open_store(profile(params))  # before the processes that log to it start at once
     # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    calls = {name: (train_one, (name, digest, params)) for name, digest in todo.items()}
-    return run_at_once(calls, len(todo), gpus, runtime.mps, "base_models")[1]
+    # as many processes as models that start at once: the reward model then runs in one of them (imports done),
+    # not in a process of its own started when it is due
+    return run_at_once(calls, len(todo) - waits, gpus, runtime.mps, "base_models",
+                       after={REWARD: first} if waits else None)[1]
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     params = load_params()
     require_device(params)
-    names = list(params.get("base_models") or {})
+    names = list(params.get("base_models") or {}) + [REWARD]
     unknown = [name for name in argv if name not in names]
     if unknown:
         raise SystemExit(f"usage: python -m pipeline.base_models [NAME ...], each NAME one of base_models: "
-                         f"{', '.join(names)} (not {', '.join(unknown)})")
-    wanted = argv or names
+                         f"{', '.join(names[:-1])}, or {REWARD} (the reward model) (not {', '.join(unknown)})")
+    wanted = [name for name in names if name in argv] if argv else names  # the reward model after its base model
     for name in wanted:  # every corpus file each model reads, before any model trains
-        corpus_texts(name, section(params, f"base_models.{name}", BaseModelConfig), params)
-    digests = {name: fingerprint(name, params) for name in wanted}
-    todo = {name: digest for name, digest in digests.items() if not is_current(name, params, digest)}
+        if name != REWARD:
+            corpus_texts(name, section(params, f"base_models.{name}", BaseModelConfig), params)
+    digests = fingerprints(wanted, params)
+    todo = {name: digest for name, digest in digests.items() if not current(name, params, digest)}
+    if REWARD in wanted and reward.prerequisite(params) in todo:
+        todo[REWARD] = digests[REWARD]  # a base model trained again: the reward model starts from the new one
+    if REWARD in todo:
+        reward_inputs(params, set(todo))
     kept = [name for name in wanted if name not in todo]
     print(f"[base_models] {len(wanted)} models: {len(kept)} unchanged (kept{': ' + ', '.join(kept) if kept else ''}), "
           f"{len(todo)} to train", flush=True)
     with stage_timer(params, "base_models"):
         failed = train_all(todo, params)
         if failed:
-            raise RuntimeError(f"{len(failed)} of {len(todo)} base models failed (the others are saved and kept):\n"
+            raise RuntimeError(f"{len(failed)} of {len(todo)} models failed (the others are saved and kept):\n"
                                + "\n".join(f"  {name}: {error}" for name, error in sorted(failed.items())))
 
 

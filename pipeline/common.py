@@ -282,10 +282,11 @@ def content_digest(path_or_name: str) -> str:
     return h.hexdigest()
 
 
-def code_digest(stage: str) -> str:
-    """sha256 of the code `stage` runs: its deps in dvc.yaml that are files of the repo (no ${profile} outputs)."""
+def code_digest(stage: str, leave_out: tuple[str, ...] = ()) -> str:
+    """sha256 of the code `stage` runs: its deps in dvc.yaml that are files of the repo (no ${profile} outputs), but
+    those in `leave_out` (code that only some of the stage's units run)."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     h = hashlib.sha256()
-    for dep in sorted(d for d in stages[stage]["deps"] if "${" not in d):
+    for dep in sorted(d for d in stages[stage]["deps"] if "${" not in d and d not in leave_out):
         _digest(h, ROOT / dep)
     return h.hexdigest()

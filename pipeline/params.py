@@ -126,6 +126,11 @@ class BaseModelConfig:
         check(self.sample_tokens > 0, f"{path}.sample_tokens", f"must be > 0, got {self.sample_tokens}")
 
 
+REWARD = "reward"
+"""The reward model's name in the base_models stage, which trains it with the base models: its folder models/reward,
+its unit in `python -m pipeline.base_models reward`."""
+
+
 @dataclass
 class RewardModelConfig:
     """The sentiment reward model (params `reward_model`)."""
@@ -280,6 +285,8 @@ def check_models(tree: Params, raw: dict) -> None:
     """Base models and the reward model: references by name, lengths, and settings their source ignores."""
     for name, cfg in tree.base_models.items():
         where = f"base_models.{name}"
+        check(name != REWARD, where, f"{REWARD!r} is the reward model's name (its folder models/{REWARD}): "
+              "name the base model otherwise")
         if cfg.compare_params_with is not None:
             check_base_model_name(cfg.compare_params_with, f"{where}.compare_params_with", tree)
         if cfg.source == SCRATCH:  # pretrain_lm checks this too, but once the corpus is read

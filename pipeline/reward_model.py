@@ -1,8 +1,14 @@
-"""DVC stage reward_model: the IMDB sentiment classifier whose POSITIVE logit is the RL reward (CORY.md §2.1).
+"""The IMDB sentiment classifier whose POSITIVE logit is the RL reward (CORY.md §2.1), a unit of the base_models stage.
 
 The paper scores with `lvwerra/distilbert-imdb`; offline there is none (shared/OFFLINE.md), so by default a GPT-2
-sequence classifier is trained here on the train reviews, started from the imdb_small LM's body. A `source` other
-than "scratch" (the paper profile's "lvwerra/distilbert-imdb", or a folder) is only evaluated and saved.
+sequence classifier is trained on the train reviews, started from the imdb_small LM's body. A `source` other than
+"scratch" (the paper profile's "lvwerra/distilbert-imdb", or a folder) is only evaluated and saved.
+
+The base_models stage trains it (`python -m pipeline.base_models reward` alone): on a GPU it starts as soon as the
+base model it starts from is saved, in that model's worker process, while the other base models still train, so
+neither a stage of its own (DVC's and Python's start, ~17 s on the GPU machine) nor a GPU left to the larger model's
+tail is paid for it. Like a base model it is a cached unit: its fingerprint hashes its settings, the prepared IMDB
+files, the fingerprint of the model it starts from and the stage's code.
 
 Writes outputs/<profile>/models/reward/ (model + tokenizer + training.json) and
 outputs/<profile>/metrics/reward_model.json: held-out accuracy on full reviews (cut to classifier.max_length tokens)
@@ -11,23 +17,38 @@ and on their first classifier.eval_prefix_tokens tokens, the length of the texts
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 
-import transformers
-
 from cory.config import to_dict
-from cory.classifier import classifier_accuracy, train_reward_classifier
-from cory.pretrain import count_parameters, load_pretrained, save_model
-from cory.tokenizer import load_tokenizer
 from cory.tracking import provenance, start_run
-from pipeline.common import (
-    device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
-)
-from pipeline.params import SCRATCH, RewardModelConfig
+from pipeline.common import content_digest, device, out_dir, profile, read_jsonl, section, write_json
+from pipeline.params import REWARD, SCRATCH, RewardModelConfig
+
+# transformers and the classifier's code are imported where the model is built, in the worker process (as the base
+# models': the stage's own process only checks inputs, fingerprints and starts the workers)
+
+CODE = ("pipeline/reward_model.py", "cory/classifier.py")
+"""The base_models stage's code that only the reward model runs: a change to it leaves the base models current."""
 
 
-def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tuple[dict, dict]:
-    """Train (or load) the classifier, save it with its tokenizer; returns (metrics, training record)."""
+def prerequisite(params: dict) -> str | None:
+    """The base model the reward model starts from (reward_model.init_from with source scratch), else None."""
+    cfg = section(params, "reward_model", RewardModelConfig)
+    return cfg.init_from if cfg.source == SCRATCH else None
+
+
+def build_reward_model(cfg: RewardModelConfig, params: dict, device: str, digest: str | None = None
+                       ) -> tuple[dict, dict]:
+    """Train (or load) the classifier, save it with its tokenizer and training record (which keeps `digest`, its
+    fingerprint); returns (metrics, training record)."""
+    import transformers
+
+    from cory.classifier import classifier_accuracy, train_reward_classifier
+    from cory.pretrain import count_parameters, load_pretrained, save_model
+    from cory.tokenizer import load_tokenizer
+
     data = out_dir(params, "data", "imdb")
     train, validation = read_jsonl(data / "train.jsonl"), read_jsonl(data / "validation.jsonl")
     val_texts, val_labels = [row["text"] for row in validation], [row["label"] for row in validation]
@@ -35,7 +56,8 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tup
     if cfg.source == SCRATCH:
         init_dir = out_dir(params, "models", cfg.init_from) if cfg.init_from else None
         if init_dir is not None and not (init_dir / "config.json").is_file():
-            raise FileNotFoundError(f"reward_model.init_from: {init_dir} holds no model (run the base_models stage: dvc repro base_models)")
+            raise FileNotFoundError(f"reward_model.init_from: {init_dir} holds no model (run the base_models stage: "
+                                    f"dvc repro base_models)")
         tokenizer = load_tokenizer(str(init_dir) if init_dir else cfg.tokenizer)
         model, metrics = train_reward_classifier(
             [row["text"] for row in train],
@@ -50,7 +72,8 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tup
         history = metrics.pop("history")
     else:
         started = time.perf_counter()
-        model = load_pretrained(transformers.AutoModelForSequenceClassification.from_pretrained, cfg.source, "reward_model.source")
+        model = load_pretrained(transformers.AutoModelForSequenceClassification.from_pretrained, cfg.source,
+                                "reward_model.source")
         tokenizer = load_pretrained(load_tokenizer, cfg.source, "reward_model.source")
         prefix = cfg.classifier.eval_prefix_tokens
         metrics = {
@@ -61,31 +84,50 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str) -> tup
             f"accuracy_prefix{prefix}": classifier_accuracy(model, tokenizer, val_texts, val_labels, prefix, device),
             "total_seconds": time.perf_counter() - started,
         }
-    model_dir = out_dir(params, "models", "reward")
+    model_dir = out_dir(params, "models", REWARD)
     save_model(model, tokenizer, model_dir)
     record = {
         "source": cfg.source,
         "config": to_dict(cfg),
         "history": history,
         **provenance(device),
+        "fingerprint": digest,
     }
     write_json(model_dir / "training.json", record)
     return metrics, record
 
 
-def main() -> None:
-    params = load_params()
-    require_device(params)
-    with stage_timer(params, "reward_model"):
-        cfg = section(params, "reward_model", RewardModelConfig)
-        with start_run("reward_model", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", "reward")) as tracker:
-            metrics, record = build_reward_model(cfg, params, device())
-            for row in record["history"]:
-                tracker.log_metrics({"train_loss": row["train_loss"], "accuracy": row["accuracy"]}, step=row["step"])
-            tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
-        write_json(out_dir(params, "metrics", "reward_model.json"), metrics)
-        print(f"reward_model: {metrics}")
+def fingerprint(params: dict, init_digest: str | None, code: str) -> str:
+    """What the reward model depends on, hashed: its settings, the prepared IMDB files by content, the fingerprint of
+    the base model it starts from (`init_digest`) and the stage's code (`code`)."""
+    parts = {
+        "config": to_dict(section(params, "reward_model", RewardModelConfig)),
+        "data": content_digest(str(out_dir(params, "data", "imdb"))),
+        "init": init_digest,
+        "code": code,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-if __name__ == "__main__":
-    run_stage(main)
+def is_current(params: dict, digest: str) -> bool:
+    """Whether the reward model's outputs are all there and were made from what it depends on now (`digest`)."""
+    record = out_dir(params, "models", REWARD, "training.json")
+    if not (record.is_file() and out_dir(params, "metrics", "reward_model.json").is_file()):
+        return False
+    return json.loads(record.read_text()).get("fingerprint") == digest
+
+
+def train_reward(digest: str, params: dict) -> dict:
+    """Train (or load) the reward model under its MLflow run and write its outputs; returns its metrics. Runs in a
+    worker process when the stage's models train at once (the one its base model trained in, where that was idle)."""
+    entered = time.time()
+    cfg = section(params, "reward_model", RewardModelConfig)
+    with start_run("reward_model", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", REWARD)) as tracker:
+        metrics, record = build_reward_model(cfg, params, device(), digest)
+        for row in record["history"]:
+            tracker.log_metrics({"train_loss": row["train_loss"], "accuracy": row["accuracy"]}, step=row["step"])
+        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
+    metrics["seconds"] = time.time() - entered  # the whole of its work, MLflow included
+    write_json(out_dir(params, "metrics", "reward_model.json"), metrics)
+    print(f"reward_model: {metrics}", flush=True)
+    return metrics

@@ -38,7 +38,7 @@ if [ -n "${BESIDE:-}" ]; then
     "$BESIDE/outputs/$profile/metrics/timing/train.json")" >> /tmp/bench-gpus.times
 else
   groups=(${@:-imdb})
-  dvc repro prepare_imdb prepare_math base_models reward_model
+  dvc repro prepare_imdb prepare_math base_models
   for gpus in "$one" "$all"; do train_copy . "$gpus" "${groups[@]}"; done
   one_runs=/tmp/bench-gpus-${one//,/_}/outputs/$profile/runs
 fi

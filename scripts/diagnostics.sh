@@ -120,7 +120,7 @@ python3 -m scripts.variants write --group "$group" --iterations "${ITERATIONS:-$
   ${base:+--base "$base"} $(printf -- "--run %s " "${runs[@]}") > "$params"
 export CORY_PARAMS="$params"  # the base model's settings may differ from the profile's ($base)
 if [ "$group" = imdb ]; then
-  python3 -m pipeline.prepare_imdb && python3 -m pipeline.base_models imdb_small && python3 -m pipeline.reward_model
+  python3 -m pipeline.prepare_imdb && python3 -m pipeline.base_models imdb_small reward
 else
   python3 -m pipeline.prepare_math && python3 -m pipeline.base_models math
 fi

@@ -78,6 +78,8 @@ def test_unknown_profile_names_the_known_ones():
         (lambda p: p["reward_model"]["classifier"].update(max_length=1024),
          r"reward_model\.classifier\.max_length: 1024 tokens exceed the model's base_models\.imdb_small\.lm\.n_positions"),
         (lambda p: p["reward_model"].update(init_from="imdb_smal"), r"reward_model\.init_from: no base model 'imdb_smal'"),
+        (lambda p: p["base_models"].update(reward=p["base_models"]["math"]),
+         r"base_models\.reward: 'reward' is the reward model's name"),
         (lambda p: p["base_models"]["imdb_large"].update(compare_params_with="small"),
          r"base_models\.imdb_large\.compare_params_with: no base model 'small'"),
         (lambda p: p.update(train=None), r"train: must be a mapping, got NoneType"),

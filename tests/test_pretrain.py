@@ -1,6 +1,9 @@
 """Base LMs and the reward classifier: shapes, the padded-head loss, learning on toy data, save/load, the stages."""
 
+import json
+
 import huggingface_hub
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -268,32 +271,60 @@ def test_base_models_stage_keeps_the_models_whose_inputs_are_unchanged(project, 
     from pipeline.common import content_digest, out_dir, write_jsonl
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.setattr(stage, "code_digest", lambda name: "the stage's code")  # no dvc.yaml in this project
-    names = list(project["base_models"])
+    code = {"base": "the stage's code", "reward": "the reward model's code"}
+    # no dvc.yaml in this project: the base models' code leaves the reward model's out
+    monkeypatch.setattr(stage, "code_digest", lambda name, leave_out=(): code["base"] + (code["reward"] * (not leave_out)))
+    names = list(project["base_models"]) + ["reward"]
 
     def current():
         content_digest.cache_clear()  # one stage process hashes each corpus once; here the corpus changes in between
-        digests = {name: stage.fingerprint(name, project) for name in names}
-        return digests, {name for name, digest in digests.items() if stage.is_current(name, project, digest)}
+        digests = stage.fingerprints(names, project)
+        return digests, {name for name, digest in digests.items() if stage.current(name, project, digest)}
 
     digests, kept = current()
-    assert kept == set()
+    assert kept == set() and list(digests) == names  # the reward model after the base model it starts from
     assert stage.train_all(digests, project) == {}  # on a CPU: one after another, in this process
     assert current()[1] == set(names)
     for kind in ("metrics", "samples"):
         assert out_dir(project, kind, "base_models", "math.json").is_file()
+    assert json.loads(out_dir(project, "metrics", "reward_model.json").read_text())["seconds"] > 0
     # another math corpus: only the math model is stale
     from cory.mathgen import MathGenConfig, generate_problems
     write_jsonl(out_dir(project, "data", "math", "pretrain.jsonl"),
                 generate_problems(MathGenConfig(n_pretrain=20, n_rl=0, n_test=0, seed=1))["pretrain"])
+    assert current()[1] == {"imdb_small", "imdb_large", "reward"}
+    # the reward model's settings or its own code: only the reward model
+    project["reward_model"]["classifier"]["epochs"] = 2
     assert current()[1] == {"imdb_small", "imdb_large"}
-    # imdb_small's shape: itself and imdb_large, whose parameter ratio is against it
+    project["reward_model"]["classifier"]["epochs"] = 3
+    code["reward"] = "the reward model's new code"
+    assert current()[1] == {"imdb_small", "imdb_large"}
+    code["reward"] = "the reward model's code"
+    # imdb_small's shape: itself, imdb_large, whose parameter ratio is against it, and the reward model it starts
     project["base_models"]["imdb_small"]["lm"] = {**project["base_models"]["imdb_small"]["lm"], "n_embd": 16}
     assert current()[1] == set()
     # a model folder without its metrics (a stage killed between the two) is not current
     project["base_models"]["imdb_small"]["lm"]["n_embd"] = 32
     out_dir(project, "metrics", "base_models", "imdb_small.json").unlink()
-    assert "imdb_small" not in current()[1]
+    assert current()[1] == {"imdb_large", "reward"}
+    out_dir(project, "metrics", "reward_model.json").unlink()
+    assert current()[1] == {"imdb_large"}
+
+
+def test_the_reward_model_does_not_run_when_its_base_model_failed(project, tmp_path, monkeypatch):
+    import pipeline.base_models as stage
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setattr(stage, "code_digest", lambda name, leave_out=(): "code")
+    calls = []
+
+    def fails(name, digest, params):
+        raise FloatingPointError("non-finite loss")
+
+    monkeypatch.setattr(stage, "train_one", fails)
+    monkeypatch.setattr(stage.reward, "train_reward", lambda *args: calls.append(args))
+    failed = stage.train_all(stage.fingerprints(["imdb_small", "reward"], project), project)
+    assert set(failed) == {"imdb_small", "reward"} and failed["reward"] == "not run: imdb_small failed" and calls == []
 
 
 def test_math_base_model_trains_on_formatted_problems_with_a_holdout(project):
