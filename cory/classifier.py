@@ -18,6 +18,7 @@ from transformers import GPT2ForSequenceClassification
 
 from cory.config import ConfigError
 from cory.settings import ClassifierConfig
+from cory.tokenizer import encode
 from cory.pretrain import (
     ID2LABEL,
     _gpt2_config,
@@ -41,15 +42,17 @@ def _encode_reviews(
     tokenizer, texts: list[str], max_length: int, tail: bool = False
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Right-padded first (or, with tail, last) `max_length` tokens of each text: ids (N, max_length) int64 and
-    lengths (N,) on the host."""
-    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    lengths = np.array([min(len(seq), max_length) for seq in ids])
+    lengths (N,) on the host. The texts are tokenized once per process (`cory.tokenizer.encode`): head and tail crops,
+    and the pretraining of the LM the classifier starts from, share one tokenization."""
+    ids, offsets = encode(tokenizer, texts)
+    lengths = np.minimum(np.diff(offsets), max_length)
     if (lengths == 0).any():
         raise ValueError(f"text {int(np.argmin(lengths))} is empty: a classifier needs at least one token")
-    tokens = np.full((len(ids), max_length), tokenizer.pad_token_id, dtype=np.int64)
-    for row, seq in enumerate(ids):
-        tokens[row, : lengths[row]] = seq[-max_length:] if tail else seq[:max_length]
-    return torch.from_numpy(tokens), lengths
+    starts = offsets[1:] - lengths if tail else offsets[:-1]  # (N,)
+    columns = np.arange(max_length)
+    real = columns < lengths[:, None]  # (N, max_length)
+    tokens = np.where(real, ids[np.where(real, starts[:, None] + columns, 0)], tokenizer.pad_token_id)
+    return torch.from_numpy(tokens.astype(np.int64)), lengths
 
 
 def _crop(tokens: torch.Tensor, index: torch.Tensor, kept: np.ndarray, pad_id: int) -> torch.Tensor:

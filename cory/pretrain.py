@@ -25,6 +25,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from cory.config import ConfigError
 from cory.settings import LMConfig, PretrainConfig
+from cory.tokenizer import encode
 
 ID2LABEL = {0: "NEGATIVE", 1: "POSITIVE"}
 """The label names of `lvwerra/distilbert-imdb`, so the reward reads the POSITIVE logit the same way (CORY.md §2.1)."""
@@ -152,9 +153,13 @@ def _sync(device: str) -> None:
 
 def pack(tokenizer, texts: list[str]) -> torch.Tensor:
     """All texts as one token stream, each followed by EOS. (N,) int64."""
-    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    eos = tokenizer.eos_token_id
-    return torch.from_numpy(np.fromiter((t for seq in ids for t in (*seq, eos)), dtype=np.int64))
+    ids, offsets = encode(tokenizer, texts)
+    eos_at = offsets[1:] + np.arange(len(texts))  # each text's end, shifted by the EOS tokens before it
+    stream = np.full(len(ids) + len(texts), tokenizer.eos_token_id, dtype=np.int64)
+    keep = np.ones(len(stream), dtype=bool)
+    keep[eos_at] = False
+    stream[keep] = ids
+    return torch.from_numpy(stream)
 
 
 # --------------------------------------------------------------------------------------------------------------------

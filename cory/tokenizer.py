@@ -4,17 +4,24 @@
 (the hub names of the paper profile, or a folder written by `save_pretrained`). Every tokenizer returned pads on
 the left (batched generation needs it) and has a pad token (EOS where the model has none, as TRL does for GPT-2).
 
+`encode` tokenizes a list of texts into one flat array of ids and their offsets, once per process for the same texts
+under the same vocabulary (the base_models stage's imdb_small worker pretrains on the reviews its reward model then
+trains on).
+
 `corpus_vocabulary` cuts GPT-2's BPE down to the tokens a corpus uses (a model trained from scratch on a narrow
 corpus, such as the generated math problems, then carries an output layer of ~2,000 rows instead of 50,257).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 from transformers import GPT2TokenizerFast, PreTrainedTokenizerBase
 
 from cory.config import package_dir
@@ -64,6 +71,49 @@ def _gpt2_bpe(vocab_json: str, merges_txt: str) -> PreTrainedTokenizerBase:
         (Path(tmp) / "vocab.json").write_text(vocab_json, "utf-8")
         (Path(tmp) / "merges.txt").write_text(merges_txt, "utf-8")
         return _for_rl(GPT2TokenizerFast.from_pretrained(tmp))
+
+
+_ENCODED: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_ENCODED_KEPT = 2
+"""How many encodings `encode` keeps (a corpus' ~7M ids are 56 MB)."""
+
+
+def _vocabulary_digest(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """What a fast tokenizer's ids depend on, hashed: its backend's whole configuration but the padding and truncation
+    state that calls leave behind. None for a slow tokenizer (not memoized)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    config = json.loads(backend.to_str())
+    config.pop("padding", None), config.pop("truncation", None)
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The token ids of every text (no special tokens) as one flat int64 array and the (N + 1,) int64 offsets of each
+    text's ids in it: text i is ids[offsets[i]:offsets[i + 1]]. The same texts under the same vocabulary are
+    tokenized once per process (the arrays returned are shared: read-only)."""
+    texts = list(texts)
+    vocabulary = _vocabulary_digest(tokenizer)
+    key = None
+    if vocabulary is not None:
+        h = hashlib.sha256(str(len(texts)).encode())
+        for text in texts:
+            h.update(text.encode("utf-8", "surrogatepass") + b"\0")
+        key = (vocabulary, h.hexdigest())
+        if key in _ENCODED:
+            _ENCODED.move_to_end(key)
+            return _ENCODED[key]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum([len(seq) for seq in ids], out=offsets[1:])
+    flat = np.fromiter((t for seq in ids for t in seq), dtype=np.int64, count=int(offsets[-1]))
+    flat.flags.writeable = offsets.flags.writeable = False
+    if key is not None:
+        _ENCODED[key] = flat, offsets
+        while len(_ENCODED) > _ENCODED_KEPT:
+            _ENCODED.popitem(last=False)
+    return flat, offsets
 
 
 def corpus_vocabulary(texts: Iterable[str]) -> PreTrainedTokenizerBase:

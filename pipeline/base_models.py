@@ -12,8 +12,9 @@ A `source` other than "scratch" (a hub name such as gpt2-large, or a local folde
 On a GPU the models train at the same time, one process each: small models leave an H100 partly idle, and one stage
 instead of one per model saves DVC's and Python's start between them. Where several share a GPU they run under a CUDA
 MPS daemon (runtime.mps), as the train stage's runs do; with several GPUs they spread over them. On a CPU they train
-one after another in this process. The reward model starts from imdb_small (reward_model.init_from), so it starts
-once that one is saved, in a worker whose imports are done, while the others still train. Each model is a cached unit, as the train stage's runs are: its fingerprint
+one after another in this process. The reward model starts from imdb_small (reward_model.init_from), so it trains
+right after it, in its process (imports, CUDA context and the tokenized reviews ready), while the others still train.
+Each model is a cached unit, as the train stage's runs are: its fingerprint
 hashes its settings, its corpus's prepared files and this stage's code, and a model whose folder records the same
 fingerprint is kept, not retrained (its outputs are `persist: true` in dvc.yaml), so a change to the math corpus
 retrains the math model only. A model that fails stops alone; the stage then fails naming it.
@@ -221,38 +222,64 @@ def current(name: str, params: dict, digest: str) -> bool:
     return reward.is_current(params, digest) if name == REWARD else is_current(name, params, digest)
 
 
+def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool = True) -> dict[str, str]:
+    """Train `units` ([(name, fingerprint)]) one after another in this process (a base model, then the reward model
+    that starts from it: in the process whose imports, CUDA context and tokenized reviews, `cory.tokenizer.encode`,
+    it can use). Returns {name: error line} of the units that failed; those after a failed one do not run. Bad input
+    (ConfigError, FileNotFoundError) is raised, and so is the first unit's failure where `raise_first` (in a worker:
+    run_at_once then says it, and runs it again if it ran out of GPU memory among others)."""
+    failed: dict[str, str] = {}
+    for index, (name, digest) in enumerate(units):
+        if failed:
+            failed[name] = f"not run: {next(iter(failed))} failed"
+            continue
+        try:
+            if name == REWARD:
+                reward.train_reward(digest, params)
+            else:
+                train_one(name, digest, params)
+        except (ConfigError, FileNotFoundError):  # bad input: the stage's one-line error, as before any work
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported with the others when every model is done
+            if index == 0 and raise_first:
+                raise
+            failed[name] = error_line(exc)
+            print(f"[base_models] {name} FAILED: {failed[name]}", flush=True)
+    return failed
+
+
+def in_turns(todo: dict[str, str], params: dict) -> list[list[tuple[str, str]]]:
+    """The models `todo` ({name: fingerprint}) in the turns they train in: each alone, but the reward model right
+    after the base model it starts from, where both train."""
+    first = reward.prerequisite(params)
+    chained = REWARD in todo and first in todo
+    turns = [[(name, digest)] + ([(REWARD, todo[REWARD])] if chained and name == first else [])
+             for name, digest in todo.items() if not (chained and name == REWARD)]
+    return turns
+
+
 def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
     """Train the models `todo` ({name: fingerprint}, the reward model after the base model it starts from); returns
-    {name: error} of those that failed (the others finish). On a GPU the models train at once, one process each,
-    spread over the visible GPUs (under an MPS daemon where several share one: runtime.mps), the reward model in the
-    worker of the first to end once the one it starts from is saved; on a CPU, or one model alone, one after
-    another in this process."""
-    failed: dict[str, str] = {}
-    first = reward.prerequisite(params)
-    waits = REWARD in todo and first in todo  # the reward model waits for its base model
-    calls = {name: (reward.train_reward, (digest, params)) if name == REWARD else (train_one, (name, digest, params))
-             for name, digest in todo.items()}
+    {name: error} of those that failed (the others finish). On a GPU the turns (`in_turns`) run at once, one process
+    each, spread over the visible GPUs (under an MPS daemon where several share one: runtime.mps); on a CPU, or one
+    turn alone, one after another in this process."""
+    turns = in_turns(todo, params)
     gpus = visible_gpus() if device() == "cuda" else []
-    if not gpus or len(todo) - waits == 1:
-        for name, (function, args) in calls.items():
-            if name == REWARD and waits and first in failed:
-                failed[name] = f"not run: {first} failed"
-                continue
-            try:
-                function(*args)
-            except (ConfigError, FileNotFoundError):  # bad input: the stage's one-line error, as before any work
-                raise
-            except Exception as exc:  # noqa: BLE001 - reported with the others when every model is done
-                failed[name] = error_line(exc)
-        return failed
+    if not gpus or len(turns) == 1:
+        return {name: error for units in turns for name, error in train_in_turn(units, params, raise_first=False).items()}
     runtime = section(params, "runtime", RuntimeConfig)
     open_store(profile(params))  # before the processes that log to it start at once
     # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    # as many processes as models that start at once: the reward model then runs in one of them (imports done),
-    # not in a process of its own started when it is due
-    return run_at_once(calls, len(todo) - waits, gpus, runtime.mps, "base_models",
-                       after={REWARD: first} if waits else None)[1]
+    calls = {units[0][0]: (train_in_turn, (units, params)) for units in turns}
+    ended, errors = run_at_once(calls, len(calls), gpus, runtime.mps, "base_models")
+    failed = {name: error for later in ended for name, error in later.items()}  # a turn's later units
+    for units in turns:
+        first = units[0][0]
+        if first in errors:
+            failed[first] = errors[first]
+            failed.update({name: f"not run: {first} failed" for name, _ in units[1:]})
+    return failed
 
 
 def main(argv: list[str] | None = None) -> None:

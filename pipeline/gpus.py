@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -193,75 +193,43 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-class NotRun(RuntimeError):
-    """A call that did not run because the call it waits for (run_at_once's `after`) failed."""
-
-
-def gather(futures: dict[Future, str], who: str, then: Callable[[str, bool], dict[Future, str]] | None = None
-           ) -> tuple[list, dict[str, BaseException]]:
+def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, BaseException]]:
     """(results of the futures that finished, {name: exception} of those that failed), in the order they end; each
-    failure is said as it happens, and the others run on. `then(name, succeeded)`, called as each one ends, may start
-    more ({future: name}), which are gathered too."""
+    failure is said as it happens, and the others run on."""
     results, failed = [], {}
-    pending = dict(futures)
-    while pending:
-        done, _ = wait(pending, return_when=FIRST_COMPLETED)
-        for future in done:
-            name = pending.pop(future)
-            try:
-                results.append(future.result())
-            except Exception as exc:  # noqa: BLE001 - reported with every other failure when all are done
-                failed[name] = exc
-                if out_of_memory(exc):  # whether it runs again, run_at_once says next (torch's message: its first part)
-                    print(f"[{who}] {name} ran out of GPU memory: {error_line(exc).split('. GPU')[0]}", flush=True)
-                else:
-                    print(f"[{who}] {name} FAILED: {error_line(exc)}", flush=True)
-            if then is not None:
-                pending.update(then(name, name not in failed))
+    for future in as_completed(futures):
+        try:
+            results.append(future.result())
+        except Exception as exc:  # noqa: BLE001 - reported with every other failure when all are done
+            failed[futures[future]] = exc
+            if out_of_memory(exc):  # whether it runs again, run_at_once says next (torch's message: its first part)
+                print(f"[{who}] {futures[future]} ran out of GPU memory: {error_line(exc).split('. GPU')[0]}", flush=True)
+            else:
+                print(f"[{who}] {futures[future]} FAILED: {error_line(exc)}", flush=True)
     return results, failed
 
 
-def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str,
-                after: dict[str, str] | None = None) -> tuple[list, dict[str, str]]:
+def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str
+                ) -> tuple[list, dict[str, str]]:
     """Run `calls` ({name: (function, arguments)}, started in this order) in `processes` worker processes spread over
     `gpus`, under a CUDA MPS daemon where `mps` asks for one and more processes than GPUs share them; returns gather's
     (results in the order they end, {name: error line} of the calls that failed). The functions must be importable
-    by name (spawned workers unpickle them). `after` ({name: other name}) makes a call wait for another one of
-    `calls`: it starts once that one has succeeded (in the worker that ran it, if no other is idle: one whose imports
-    are done), and does not run if that one failed.
+    by name (spawned workers unpickle them).
 
     A call that ran out of GPU memory (`out_of_memory`) is not final while more than one ran at once: once the others
-    have ended, those calls run again (with the calls that waited for them), half as many at once (all of them, if
-    fewer), and so on down to one at a time, where a failure is final (the train stage's runs continue from their
-    last checkpoint). So a GPU smaller than the one a profile's `runtime.workers` was chosen for costs time, not runs."""
+    have ended, those calls run again, half as many at once (all of them, if fewer), and so on down to one at a time,
+    where a failure is final (the train stage's runs continue from their last checkpoint). So a GPU smaller than the
+    one a profile's `runtime.workers` was chosen for costs time, not runs."""
     results, failed = [], {}
-    after = after or {}
     while calls:
-        waiting = {name: after[name] for name in calls if after.get(name) in calls}
         with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps:
             with worker_pool(processes, worker_gpus(gpus, under_mps)) as pool:
-
-                def then(name: str, succeeded: bool) -> dict[Future, str]:
-                    started = {}
-                    for dependent in [d for d, first in waiting.items() if first == name]:
-                        del waiting[dependent]
-                        if succeeded:
-                            function, args = calls[dependent]
-                            started[pool.submit(function, *args)] = dependent
-                        else:
-                            errors[dependent] = NotRun(f"not run: {name} failed")
-                            print(f"[{who}] {dependent} not run: {name} failed", flush=True)
-                    return started
-
-                errors: dict[str, BaseException] = {}
-                ended, failures = gather({pool.submit(function, *args): name for name, (function, args) in calls.items()
-                                          if name not in waiting}, who, then)
-                errors.update(failures)
+                ended, errors = gather({pool.submit(function, *args): name for name, (function, args) in calls.items()},
+                                       who)
         results += ended
         at_once = min(processes, len(calls))
         # in the calls' order; with one at a time, nothing is tried again
         again = [name for name in calls if name in errors and out_of_memory(errors[name])] if at_once > 1 else []
-        again = [name for name in calls if name in again or (isinstance(errors.get(name), NotRun) and after[name] in again)]
         failed.update({name: error_line(exc) for name, exc in errors.items() if name not in again})
         if again:
             processes = min(len(again), max(1, at_once // 2))

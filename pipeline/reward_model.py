@@ -4,10 +4,11 @@ The paper scores with `lvwerra/distilbert-imdb`; offline there is none (shared/O
 sequence classifier is trained on the train reviews, started from the imdb_small LM's body. A `source` other than
 "scratch" (the paper profile's "lvwerra/distilbert-imdb", or a folder) is only evaluated and saved.
 
-The base_models stage trains it (`python -m pipeline.base_models reward` alone): on a GPU it starts as soon as the
-base model it starts from is saved, in that model's worker process, while the other base models still train, so
-neither a stage of its own (DVC's and Python's start, ~17 s on the GPU machine) nor a GPU left to the larger model's
-tail is paid for it. Like a base model it is a cached unit: its fingerprint hashes its settings, the prepared IMDB
+The base_models stage trains it (`python -m pipeline.base_models reward` alone): on a GPU right after the base model
+it starts from, in that model's worker process (its imports and CUDA context ready, and the reviews that model
+pretrained on already tokenized: `cory.tokenizer.encode`), while the other base models still train, so neither a
+stage of its own (DVC's and Python's start, ~17 s on the GPU machine) nor a GPU left to the larger model's tail is
+paid for it. Like a base model it is a cached unit: its fingerprint hashes its settings, the prepared IMDB
 files, the fingerprint of the model it starts from and the stage's code.
 
 Writes outputs/<profile>/models/reward/ (model + tokenizer + training.json) and
@@ -118,8 +119,8 @@ def is_current(params: dict, digest: str) -> bool:
 
 
 def train_reward(digest: str, params: dict) -> dict:
-    """Train (or load) the reward model under its MLflow run and write its outputs; returns its metrics. Runs in a
-    worker process when the stage's models train at once (the one its base model trained in, where that was idle)."""
+    """Train (or load) the reward model under its MLflow run and write its outputs; returns its metrics. Runs in the
+    worker process of the base model it starts from when the stage's models train at once."""
     entered = time.time()
     cfg = section(params, "reward_model", RewardModelConfig)
     with start_run("reward_model", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", REWARD)) as tracker:

@@ -327,6 +327,48 @@ def test_the_reward_model_does_not_run_when_its_base_model_failed(project, tmp_p
     assert set(failed) == {"imdb_small", "reward"} and failed["reward"] == "not run: imdb_small failed" and calls == []
 
 
+def test_on_a_gpu_the_reward_model_trains_in_its_base_models_process_after_it(project, monkeypatch, capsys):
+    """Each turn is one worker's call (threads here): the reward model right after imdb_small, in the same worker, the
+    other models beside them; a failure of either is named, and the reward model does not run after imdb_small's."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pipeline.base_models as stage
+    import pipeline.gpus as gpus
+
+    monkeypatch.setattr(stage, "code_digest", lambda name, leave_out=(): "code")
+    project["runtime"] = {"mps": False}
+    monkeypatch.setattr(stage, "device", lambda: "cuda")
+    monkeypatch.setattr(stage, "visible_gpus", lambda: ["0"])
+    monkeypatch.setattr(stage, "open_store", lambda profile: None)
+    monkeypatch.setattr(gpus, "worker_pool", lambda processes, names: ThreadPoolExecutor(processes))
+    ran, fail = [], set()
+
+    def unit(name):
+        ran.append((name, threading.get_ident()))
+        if name in fail:
+            raise FloatingPointError(f"non-finite loss ({name})")
+
+    monkeypatch.setattr(stage, "train_one", lambda name, digest, params: unit(name))
+    monkeypatch.setattr(stage.reward, "train_reward", lambda digest, params: unit("reward"))
+    todo = stage.fingerprints(list(project["base_models"]) + ["reward"], project)
+    assert [[name for name, _ in units] for units in stage.in_turns(todo, project)] == [
+        ["imdb_small", "reward"], ["imdb_large"], ["math"]]
+    assert stage.train_all(todo, project) == {}
+    thread = dict(ran)
+    assert len(ran) == 4 and thread["reward"] == thread["imdb_small"]
+    assert [name for name, _ in ran].index("reward") > [name for name, _ in ran].index("imdb_small")
+    ran.clear(), fail.add("reward")
+    assert stage.train_all(todo, project) == {"reward": "FloatingPointError: non-finite loss (reward)"}
+    ran.clear(), fail.update({"imdb_small"})
+    assert stage.train_all(todo, project) == {"imdb_small": "FloatingPointError: non-finite loss (imdb_small)",
+                                             "reward": "not run: imdb_small failed"}
+    assert "reward" not in dict(ran)
+    # the reward model alone, when imdb_small is current: a turn of its own
+    assert stage.in_turns({"reward": todo["reward"], "math": todo["math"]}, project) == [
+        [("reward", todo["reward"])], [("math", todo["math"])]]
+
+
 def test_math_base_model_trains_on_formatted_problems_with_a_holdout(project):
     from pipeline.base_models import BaseModelConfig, build_base_model, corpus_texts
     from pipeline.common import section
@@ -409,3 +451,40 @@ def test_reward_config_rejects_init_from_with_a_loaded_source():
 
     with pytest.raises(ConfigError, match=r"reward_model.init_from: only applies to source: scratch"):
         from_dict(RewardModelConfig, {"source": "lvwerra/distilbert-imdb"}, "reward_model")
+
+
+def test_texts_are_tokenized_once_per_process_and_packed_and_cropped_as_before():
+    """cory.tokenizer.encode: the same texts under the same vocabulary (another tokenizer object, one a call left
+    padding and truncation set on) come from one tokenization; pack and the classifier's head and tail crops give
+    what tokenizing each text on its own gives."""
+    import random
+
+    import numpy as np
+
+    from cory import tokenizer as tokenization
+    from cory.classifier import _encode_reviews
+    from cory.pretrain import pack
+
+    random.seed(1)
+    words = "the movie was great but acting terrible plot twist I loved it never é ☃".split()
+    texts = [" ".join(random.choice(words) for _ in range(random.randint(1, 40))) for _ in range(60)]
+    first, second = tokenization.load_tokenizer(), tokenization.load_tokenizer()
+    second(texts[:2], padding=True, truncation=True, max_length=4)  # leaves state on its backend
+    ids, offsets = tokenization.encode(first, texts)
+    again = tokenization.encode(second, list(texts))
+    assert again[0] is ids and again[1] is offsets  # one tokenization
+    assert tokenization.encode(first, texts[1:])[0] is not ids  # other texts: tokenized anew
+    with pytest.raises(ValueError):
+        ids[0] = 1  # shared: read-only
+    each = [first(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == each
+    assert pack(first, texts).tolist() == [t for seq in each for t in (*seq, first.eos_token_id)]
+    for length in (3, 16, 64):
+        for tail in (False, True):
+            tokens, lengths = _encode_reviews(first, texts, length, tail)
+            expected = [(seq[-length:] if tail else seq[:length]) for seq in each]
+            assert lengths.tolist() == [len(seq) for seq in expected]
+            assert tokens.dtype == torch.int64 and tokens.tolist() == [
+                seq + [first.pad_token_id] * (length - len(seq)) for seq in expected]
+    with pytest.raises(ValueError, match="text 1 is empty"):
+        _encode_reviews(first, ["a", "", "b"], 8)

@@ -222,47 +222,6 @@ def test_calls_that_ran_out_of_gpu_memory_run_again_fewer_at_once(monkeypatch, c
     assert "[train] 1 ran out of GPU memory with others at once: again, 1 at once: c" in said
 
 
-def test_a_call_after_another_starts_once_that_one_succeeded_and_not_if_it_failed(monkeypatch, capsys):
-    """run_at_once's `after`: the reward model waits for its base model. It starts only once that one has ended (and
-    the others run on meanwhile), it does not run if that one failed, and it runs again with it if that one ran out
-    of memory among others."""
-    import threading
-    import torch
-    from concurrent.futures import ThreadPoolExecutor
-
-    pools, ended, order = [], set(), []
-    monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: pools.append(processes) or
-                        ThreadPoolExecutor(processes))
-    gate = threading.Event()
-
-    def unit(name, fail=None):
-        if name == "slow":
-            assert gate.wait(5)  # runs on until the dependent has run: the dependent does not wait for it
-        if name == "reward":
-            assert "base" in ended  # started only after its base model ended
-            gate.set()
-        if name == fail:
-            raise (torch.OutOfMemoryError("CUDA out of memory") if fail == "base" and len(pools) == 1 else
-                   FloatingPointError("non-finite loss"))
-        ended.add(name)
-        order.append(name)
-        return name
-
-    calls = {name: (unit, (name,)) for name in ("base", "slow", "reward")}
-    results, failed = sharing.run_at_once(calls, 2, [], False, "base_models", after={"reward": "base"})
-    assert failed == {} and order == ["base", "reward", "slow"] and pools == [2]
-
-    ended.clear(), gate.set()
-    calls = {name: (unit, (name, "base")) for name in ("base", "slow", "reward")}
-    pools.clear()
-    results, failed = sharing.run_at_once(calls, 2, [], False, "base_models", after={"reward": "base"})
-    # out of memory among others: base runs again, alone, and reward after it; then base fails for good
-    assert pools == [2, 1] and results == ["slow"]
-    assert failed == {"base": "FloatingPointError: non-finite loss", "reward": "NotRun: not run: base failed"}
-    said = capsys.readouterr().out
-    assert "again, 1 at once: base, reward" in said and said.count("[base_models] reward not run: base failed") == 2
-
-
 def test_other_failures_and_out_of_memory_alone_are_final(monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
