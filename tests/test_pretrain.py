@@ -488,3 +488,21 @@ def test_texts_are_tokenized_once_per_process_and_packed_and_cropped_as_before()
                 seq + [first.pad_token_id] * (length - len(seq)) for seq in expected]
     with pytest.raises(ValueError, match="text 1 is empty"):
         _encode_reviews(first, ["a", "", "b"], 8)
+
+
+def test_the_reward_model_alone_needs_its_base_model_and_names_the_command_that_trains_both(project, monkeypatch):
+    """`python -m pipeline.base_models reward` with no imdb_small saved: one error before any model trains, naming
+    the command; an unknown name: the usage line, naming the reward model too."""
+    import pipeline.base_models as stage
+
+    monkeypatch.setattr(stage, "load_params", lambda: project)
+    monkeypatch.setattr(stage, "code_digest", lambda name, leave_out=(): "code")
+    trained = []
+    monkeypatch.setattr(stage, "train_all", lambda todo, params: trained.append(todo) or {})
+    with pytest.raises(FileNotFoundError, match=r"reward_model\.init_from: .*imdb_small holds no model \(train it "
+                                                r"too: python -m pipeline\.base_models imdb_small reward\)"):
+        stage.main(["reward"])
+    with pytest.raises(SystemExit, match=r"one of base_models: imdb_small, imdb_large, math, or reward .*\(not rewards\)"):
+        stage.main(["rewards"])
+    stage.main(["reward", "imdb_small"])  # both: the reward model after its base model, whatever the order asked
+    assert trained and list(trained[-1]) == ["imdb_small", "reward"]
