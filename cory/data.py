@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where reviews are read: every stage validates params through this module
+    import pandas as pd
 
 from cory.config import ConfigError, check, package_dir, section_path
 
@@ -122,11 +124,15 @@ def _package_csv() -> Path:
 
 
 def _read_package() -> pd.DataFrame:
+    import pandas as pd
+
     frame = pd.read_csv(_package_csv())
     return frame[frame["source"] == "imdb"]
 
 
 def _read_local(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
     if not path.is_file():
         raise ConfigError(f"data.imdb.source: {path}: no such file")
     if path.suffix == ".jsonl":

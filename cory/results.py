@@ -15,9 +15,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where histories are read: every stage checks params through this module
+    import pandas as pd
 
 from cory.config import ConfigError
 from cory.experiments import ExperimentConfig, eta_name
@@ -128,6 +131,8 @@ class Run:
 
 def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
     """A run folder with its seed<k>/ subfolders: those of `seeds`, or every one found if None."""
+    import pandas as pd
+
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: run folder not found (did the train stage run it?)")
     if seeds is None:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a reward scores: the data stage that parses answers never loads it
+    import torch
 
-Reward = Callable[[list[str], list[str], "list[str] | None"], torch.Tensor]
+Reward = Callable[[list[str], list[str], "list[str] | None"], "torch.Tensor"]
 """(queries, responses, answers) -> task scores, CPU float32 (B,)."""
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -103,6 +104,8 @@ class MathReward:
             if value is None:
                 raise ValueError(f"gold answer is not a number: {answer!r}")
         scores = [float(final_answer(r) == g) for r, g in zip(responses, gold)]  # (B,)
+        import torch
+
         return torch.tensor(scores, dtype=torch.float32)
 
 
@@ -187,8 +190,9 @@ class SentimentReward:
         self.max_length = max_length
         self.model.to(device).eval()
 
-    @torch.no_grad()
     def __call__(self, queries: list[str], responses: list[str], answers: list[str] | None = None) -> torch.Tensor:
+        import torch
+
         if len(queries) != len(responses):
             raise ValueError(f"SentimentReward got {len(queries)} queries and {len(responses)} responses")
         texts = [q + r for q, r in zip(queries, responses)]
@@ -201,7 +205,7 @@ class SentimentReward:
                 max_length=self.max_length,
                 return_tensors="pt",
             ).to(self.device)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.startswith("cuda")):
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.startswith("cuda")):
                 logits = self.model(**batch).logits  # (b, num_labels)
             scores.append(logits[:, self.positive_index].float().cpu())
         return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float32)  # (B,)

@@ -7,9 +7,10 @@ base each agent is bound to its own adapter, so an exchange swaps adapters, each
 
 from __future__ import annotations
 
-from typing import Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Generic, Sequence, TypeVar
 
-import torch
+if TYPE_CHECKING:  # tensors only pass through here: the report, which reads the templates, need not load torch
+    import torch
 
 A = TypeVar("A")
 

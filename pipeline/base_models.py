@@ -253,9 +253,8 @@ def in_turns(todo: dict[str, str], params: dict) -> list[list[tuple[str, str]]]:
     after the base model it starts from, where both train."""
     first = reward.prerequisite(params)
     chained = REWARD in todo and first in todo
-    turns = [[(name, digest)] + ([(REWARD, todo[REWARD])] if chained and name == first else [])
-             for name, digest in todo.items() if not (chained and name == REWARD)]
-    return turns
+    return [[(name, digest)] + ([(REWARD, todo[REWARD])] if chained and name == first else [])
+            for name, digest in todo.items() if not (chained and name == REWARD)]
 
 
 def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:

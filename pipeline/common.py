@@ -235,8 +235,27 @@ def seeds(params: dict[str, Any]) -> list[int]:
     return check_seeds(params.get("seeds"))
 
 
-def require_device(params: dict[str, Any]) -> None:
-    """Stop a compute stage at its start when the profile needs a GPU (`runtime.device: cuda`) and torch sees none.
+def driver_sees_gpu() -> bool:
+    """Whether the NVIDIA driver sees a GPU (libcuda's device count, within CUDA_VISIBLE_DEVICES), without importing
+    torch: on the GPU machine importing torch is about 3 s of a stage process's start."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            driver = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return False
+    count = ctypes.c_int(0)
+    return driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+
+
+def require_device(params: dict[str, Any], computes: bool = True) -> None:
+    """Stop a stage at its start when the profile needs a GPU (`runtime.device: cuda`) and torch sees none, or, for
+    a stage that does not compute (`computes` false: the data stages, which never import torch), the NVIDIA driver
+    sees none; a GPU that the driver sees and torch cannot use stops the first stage that computes.
 
     The default profile trains 48 RL runs and 3 language models: about 10 minutes on one H100, days on a CPU (where
     the first base model alone also outgrew a 24 GB machine). Stages call this before they read or write anything,
@@ -245,11 +264,15 @@ def require_device(params: dict[str, Any]) -> None:
     runtime = params.get("runtime") or {}
     if runtime.get("device", "auto") != "cuda":
         return
-    import torch
+    if computes:
+        import torch
 
-    if not torch.cuda.is_available():
+        seen, who = torch.cuda.is_available(), "torch"
+    else:
+        seen, who = driver_sees_gpu(), "the NVIDIA driver"
+    if not seen:
         raise ConfigError(
-            f"runtime.device: the {profile(params)!r} profile needs a CUDA GPU and torch sees none (its RL runs are "
+            f"runtime.device: the {profile(params)!r} profile needs a CUDA GPU and {who} sees none (its RL runs are "
             "sized for a GPU: about 10 minutes on one H100, days on this CPU). On a machine without a GPU run the "
             "smoke profile: `python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway, set "
             f"runtime.device: auto in profiles/{profile(params)}.yaml."

@@ -46,7 +46,7 @@ def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
 
 def main() -> None:
     params = load_params()
-    require_device(params)
+    require_device(params, computes=False)
     with stage_timer(params, "prepare_imdb"):
         cfg = section(params, "data.imdb", IMDBDataConfig)
         splits, stats = prepare_imdb(cfg)

@@ -108,7 +108,7 @@ def split_stats(rows: list[dict[str, str]]) -> dict[str, float]:
 
 def main() -> None:
     params = load_params()
-    require_device(params)
+    require_device(params, computes=False)
     with stage_timer(params, "prepare_math"):
         cfg = section(params, "data.math", MathDataConfig)
         splits = prepare_math(cfg)

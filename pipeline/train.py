@@ -80,7 +80,7 @@ def check_prompts(jobs: list[Job]) -> None:
 def check_models(jobs: list[Job]) -> None:
     for path in sorted({j.model for j in jobs} | {j.task.reward_model for j in jobs if j.task.reward_model}):
         if path.startswith(str(ROOT)) and not Path(path).is_dir():
-            raise FileNotFoundError(f"{path}: model folder not found (run the base_models / reward_model stage)")
+            raise FileNotFoundError(f"{path}: model folder not found (the base_models stage trains it)")
 
 
 def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str], mps: bool = False

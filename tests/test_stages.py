@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,3 +48,18 @@ def test_a_compute_stage_names_the_cpu_path_in_one_line():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and "runtime.device: the 'default' profile needs a CUDA GPU" in result.stderr
+
+
+@pytest.mark.parametrize("stage", ["prepare_imdb", "prepare_math"])
+def test_a_data_stage_checks_for_the_gpu_without_importing_torch(stage):
+    """The data stages never compute with torch, so their GPU check asks the NVIDIA driver (torch's import is about
+    3 s of a stage process's start on the GPU machine); the error is the compute stages' one line."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("CORY_PARAMS", None)
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", f"pipeline.{stage}"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(errors) == 1 and "needs a CUDA GPU and the NVIDIA driver sees none" in errors[0], errors
+    imported = {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "pipeline.common" in imported and not {"torch", "pandas"} & imported
