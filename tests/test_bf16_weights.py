@@ -14,11 +14,11 @@ from test_trainer import QUERIES, config
 from tiny import good_word_reward, tiny_lm, tiny_tokenizer
 
 
-def trainer(bf16_weights: bool, n_agents: int = 2, **ppo) -> Trainer:
+def trainer(bf16_weights: bool, n_agents: int = 2, seed: int | None = None, **ppo) -> Trainer:
     cfg = config(n_agents=n_agents, iterations=6, dropout="none")
     cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, bf16_weights=bf16_weights, **ppo))
-    torch.manual_seed(0)
-    return Trainer(cfg, tiny_lm(), tiny_tokenizer(), good_word_reward)
+    torch.manual_seed(seed or 0)
+    return Trainer(cfg, tiny_lm(), tiny_tokenizer(), good_word_reward, seed=seed)
 
 
 def in_step(agent) -> bool:
@@ -79,16 +79,18 @@ def test_gradients_are_summed_in_fp32_over_accumulated_micro_batches():
 
 
 def test_it_learns_as_fp32_does_on_the_toy_task():
-    """bf16 rounding, not another algorithm: on the toy task both raise the task reward from the same start."""
-    rewards = {}
+    """bf16 rounding, not another algorithm: on the toy task both raise the task reward from the same start, on the
+    mean of three seeds. One seed alone does not tell: a few roundings apart, a 15-iteration run of this toy task goes
+    either way (seed 0's bf16 run learns where oneDNN's matmuls run on AVX-512 and ends near 0 where they run on AMX:
+    its first four iterations equal, then apart)."""
     for bf16 in (False, True):
-        run = trainer(bf16)
-        first = run.step(QUERIES)["llm1/task_reward"]
-        for _ in range(14):
-            last = run.step(QUERIES)
-        rewards[bf16] = (first, last["llm1/task_reward"])
-    for first, last in rewards.values():
-        assert last > first + 0.2
+        starts, ends = [], []
+        for seed in (0, 1, 2):
+            run = trainer(bf16, seed=seed)
+            rewards = [run.step(QUERIES)["llm1/task_reward"] for _ in range(15)]
+            starts.append(rewards[0])
+            ends.append(sum(rewards[-3:]) / 3)
+        assert sum(ends) / 3 > sum(starts) / 3 + 0.3, (bf16, starts, ends)
 
 
 def test_config_errors_name_the_setting():
