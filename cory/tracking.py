@@ -48,6 +48,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -280,14 +281,16 @@ class Tracker:
     def log_dict(self, dictionary: dict[str, Any], artifact_file: str) -> None:
         self._call("log_dict", lambda: self._client.log_dict(self.run_id, dictionary, artifact_file))
 
-    def finish(self, status: str) -> None:
-        """Wait for pending metrics, then end the run with `status` (FINISHED, FAILED or KILLED)."""
+    def finish(self, status: str, ended_at: float | None = None) -> None:
+        """Wait for pending metrics, then end the run with `status` (FINISHED, FAILED or KILLED), at `ended_at`
+        (Unix seconds; default now)."""
         if self._pending:
             self._call("log_metrics", self._flush)
         for op in self._pending:
             self._call("log_metrics", op.wait)
         self._pending.clear()
-        self._call("end run", lambda: self._client.set_terminated(self.run_id, status))
+        end = None if ended_at is None else int(ended_at * 1000)
+        self._call("end run", lambda: self._client.set_terminated(self.run_id, status, end_time=end))
 
     def _flush(self) -> None:
         """Send the queued metrics now. MLflow's logging thread otherwise notices the end of a run only when its
@@ -299,7 +302,25 @@ class Tracker:
             store.flush_async_logging()
 
 
+_WARMING: threading.Thread | None = None
+"""A warm_up of this process in progress, which the next client waits for."""
+
+
+def warm_up(profile: str) -> None:
+    """Import MLflow and open the store (open_store) in a thread of this process while its main thread waits for work
+    done elsewhere (the stage's worker processes): MLflow's import and the store's first opening are seconds of a
+    stage's start on the GPU machine (mlflow 3.17: 2.2 s on this repository's CPU machine), which the runs logged
+    afterwards by this process (log_finished) then find done. Only where the main thread imports nothing meanwhile:
+    two threads importing at once can meet in a circular import. The next client of this process waits for it."""
+    global _WARMING
+    if _WARMING is None:
+        _WARMING = threading.Thread(target=open_store, args=(profile,), name="mlflow-warm-up", daemon=True)
+        _WARMING.start()
+
+
 def _client():
+    if _WARMING is not None and _WARMING is not threading.current_thread():
+        _WARMING.join()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     # the logging thread collects a second's metrics into one write (fewer SQLite transactions from the processes
     # that log at once) and, waiting on an event rather than on the queue, wakes at once when a run is flushed
@@ -325,6 +346,26 @@ def open_store(profile: str) -> None:
         pass
 
 
+def store_exists() -> bool:
+    """Whether the tracking store needs no creating: a SQLite store whose file holds MLflow's tables (read with the
+    standard library, without importing MLflow), or any other store (a server creates its own). MLflow creates the
+    tables of an empty SQLite store as it opens it, and only then: processes opening an existing one at once do not
+    race (an out-of-date one each refuses with the same error, `mlflow db upgrade`)."""
+    import sqlite3
+
+    uri = tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        return True
+    path = Path(uri.removeprefix("sqlite:///"))
+    if not path.is_file():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'alembic_version'").fetchone() is not None
+    except sqlite3.Error:
+        return False
+
+
 def _experiment_id(client, profile: str) -> str:
     from mlflow.exceptions import MlflowException
 
@@ -343,11 +384,12 @@ def _runs_of(client, experiment_id: str, run_key: str) -> list:
     return client.search_runs([experiment_id], f"tags.run_key = '{run_key}'", max_results=1000)
 
 
-def _create_run(client, experiment_id: str, run_name: str, tags: dict[str, str]) -> str:
-    """A new run; the older runs of its run_key (if it has one) are superseded by it."""
+def _create_run(client, experiment_id: str, run_name: str, tags: dict[str, str], start_time: int | None = None) -> str:
+    """A new run (started at `start_time`, Unix ms; default now); the older runs of its run_key (if it has one) are
+    superseded by it."""
     from mlflow.entities import RunTag
 
-    run_id = client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+    run_id = client.create_run(experiment_id, start_time=start_time, run_name=run_name, tags=tags).info.run_id
     if "run_key" not in tags:
         return run_id
     for old in _runs_of(client, experiment_id, tags["run_key"]):
@@ -379,6 +421,70 @@ def _sigterm_raises_system_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def _open_run(
+    stage: str, params: dict[str, Any], tags: dict[str, Any] | None, run_name: str | None, *, profile: str,
+    outputs: str | Path, seed: int | None = None, algorithm: str | None = None, key: str | None = None,
+    source: str | None = None, identity: dict[str, str] | None = None, started_at: float | None = None,
+) -> Tracker:
+    """A new run with its tags and params (start_run's arguments), or a disabled tracker that has said why."""
+    key = key if key is not None else run_name or stage  # DVC keeps one output per stage: its last run is current
+    extra = {
+        **({"seed": seed} if seed is not None else {}),
+        **({"algorithm": algorithm} if algorithm is not None else {}),
+        **(identity or {}),
+        **(tags or {}),
+    }
+    tracker = Tracker(None, None, outputs)
+    try:
+        all_tags = run_tags(stage, profile, params, commit=git_commit(), source=source or main_module(), key=key,
+                            extra=extra)
+        client = _client()
+        start = None if started_at is None else int(started_at * 1000)
+        run_id = _create_run(client, _experiment_id(client, profile), run_name or stage, all_tags, start)
+        tracker = Tracker(client, run_id, outputs)
+    except Exception as exc:  # noqa: BLE001 - tracking must never break a stage
+        tracker.disable(exc)
+    tracker.log_params({**params, **(identity or {})})
+    return tracker
+
+
+@dataclass
+class FinishedRun:
+    """The MLflow run of work that is done, for the process that logs it (log_finished): a stage's worker process
+    hands its unit's run to the stage's own process, which logs it once the unit ends, so that the worker neither
+    imports MLflow nor opens the store before it starts (base_models) and the stage's process has done both while
+    it waited (warm_up). `steps`: (step, metrics) in order; `artifacts`: files to log; times in Unix seconds."""
+
+    stage: str
+    params: dict[str, Any]
+    outputs: str
+    started_at: float
+    ended_at: float
+    steps: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    artifacts: list[str] = field(default_factory=list)
+    status: str = "FINISHED"
+
+    @classmethod
+    def of_training(cls, stage: str, params: dict[str, Any], outputs: str | Path, started_at: float,
+                    history: list[tuple[int, dict[str, float]]], metrics: dict[str, Any]) -> "FinishedRun":
+        """The run of a model's training that ends now: its history's (step, metrics), then its numeric final
+        `metrics` at its last step (`metrics["steps"]`)."""
+        final = {key: value for key, value in metrics.items() if isinstance(value, (int, float))}
+        return cls(stage, params, str(outputs), started_at, time.time(), [*history, (metrics.get("steps", 0), final)])
+
+
+def log_finished(run: FinishedRun, profile: str) -> None:
+    """Log `run` as start_run would have logged its work live: the same tags and params, its metrics step by step,
+    its artifacts, started and ended when the work did; MLflow errors never raise (one warning line)."""
+    tracker = _open_run(run.stage, run.params, None, None, profile=profile, outputs=run.outputs,
+                        started_at=run.started_at)
+    for step, metrics in run.steps:
+        tracker.log_metrics(metrics, step=step)
+    for path in run.artifacts:
+        tracker.log_artifact(path)
+    tracker.finish(run.status, ended_at=run.ended_at)
+
+
 @contextlib.contextmanager
 def start_run(
     stage: str,
@@ -404,23 +510,8 @@ def start_run(
     for config.json. The run ends FINISHED, KILLED if the body is interrupted (KeyboardInterrupt, SystemExit,
     SIGTERM) or FAILED if it raises; the exception propagates, MLflow errors never do.
     """
-    key = key if key is not None else run_name or stage  # DVC keeps one output per stage: its last run is current
-    extra = {
-        **({"seed": seed} if seed is not None else {}),
-        **({"algorithm": algorithm} if algorithm is not None else {}),
-        **(identity or {}),
-        **(tags or {}),
-    }
-    tracker = Tracker(None, None, outputs)
-    try:
-        all_tags = run_tags(stage, profile, params, commit=git_commit(), source=source or main_module(), key=key,
-                            extra=extra)
-        client = _client()
-        run_id = _create_run(client, _experiment_id(client, profile), run_name or stage, all_tags)
-        tracker = Tracker(client, run_id, outputs)
-    except Exception as exc:  # noqa: BLE001 - tracking must never break a stage
-        tracker.disable(exc)
-    tracker.log_params({**params, **(identity or {})})
+    tracker = _open_run(stage, params, tags, run_name, profile=profile, outputs=outputs, seed=seed,
+                        algorithm=algorithm, key=key, source=source, identity=identity)
     try:
         with _sigterm_raises_system_exit():
             yield tracker

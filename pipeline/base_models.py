@@ -37,14 +37,14 @@ import torch
 
 from cory.config import ConfigError, to_dict
 from cory.roles import TABLE3_QUERIES
-from cory.tracking import open_store, provenance, start_run
+from cory.tracking import FinishedRun, log_finished, provenance, warm_up
 from pipeline import reward_model as reward
 from pipeline.common import (
     code_digest, content_digest, device, load_params, out_dir, process_started_at, profile, read_jsonl, require_device,
     run_stage, section, stage_timer, write_json,
 )
 from pipeline.gpus import error_line, run_at_once, visible_gpus
-from pipeline.params import REWARD, SCRATCH, BaseModelConfig, RuntimeConfig
+from pipeline.params import REWARD, SCRATCH, BaseModelConfig, RewardModelConfig, RuntimeConfig
 
 
 # transformers and the model code (cory.pretrain, cory.tokenizer) are imported where a model is built, in the worker
@@ -169,29 +169,27 @@ def is_current(name: str, params: dict, digest: str) -> bool:
     return json.loads(record.read_text()).get("fingerprint") == digest
 
 
-def train_one(name: str, digest: str, params: dict) -> dict:
-    """Train (or load) base model `name` under its MLflow run and write its outputs; returns its metrics. Runs in a
-    worker process of its own when the models train at once."""
+def train_one(name: str, digest: str, params: dict) -> FinishedRun:
+    """Train (or load) base model `name` and write its outputs; returns its MLflow run, which the stage's process
+    logs (log_finished). Runs in a worker process of its own when the models train at once."""
     entered, process_started = time.time(), process_started_at()
     cfg = section(params, f"base_models.{name}", BaseModelConfig)
     cuda = device() == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    with start_run(f"base_model@{name}", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", name)) as tracker:
-        metrics, record, samples = build_base_model(name, cfg, params, device(), digest)
-        if cuda:
-            metrics["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-        for row in record["history"]:
-            tracker.log_metrics({"train_loss": row["train_loss"], "val_loss": row["val_loss"]}, step=row["step"])
-        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
-    # the whole of this model's work (MLflow included), and the Python start and imports of its process before it
+    metrics, record, samples = build_base_model(name, cfg, params, device(), digest)
+    if cuda:
+        metrics["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    # the whole of this model's work, and the Python start and imports of its process before it
     metrics["seconds"] = time.time() - entered
     metrics["process_start_seconds"] = None if process_started is None else entered - process_started
     write_json(out_dir(params, "metrics", "base_models", f"{name}.json"), metrics)
     write_json(out_dir(params, "samples", "base_models", f"{name}.json"), samples)
     lines = [f"base_model@{name}: {metrics}"] + [f"  {s['prompt']!r} -> {s['continuation']!r}" for s in samples[:4]]
     print("\n".join(lines), flush=True)
-    return metrics
+    history = [(row["step"], {"train_loss": row["train_loss"], "val_loss": row["val_loss"]}) for row in record["history"]]
+    return FinishedRun.of_training(unit_stage(name), to_dict(cfg), out_dir(params, "models", name), entered, history,
+                                   metrics)
 
 
 def reward_inputs(params: dict, training: set[str]) -> None:
@@ -222,22 +220,22 @@ def current(name: str, params: dict, digest: str) -> bool:
     return reward.is_current(params, digest) if name == REWARD else is_current(name, params, digest)
 
 
-def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool = True) -> dict[str, str]:
+def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool = True
+                  ) -> tuple[dict[str, str], list[FinishedRun]]:
     """Train `units` ([(name, fingerprint)]) one after another in this process (a base model, then the reward model
     that starts from it: in the process whose imports, CUDA context and tokenized reviews, `cory.tokenizer.encode`,
-    it can use). Returns {name: error line} of the units that failed; those after a failed one do not run. Bad input
-    (ConfigError, FileNotFoundError) is raised, and so is the first unit's failure where `raise_first` (in a worker:
-    run_at_once then says it, and runs it again if it ran out of GPU memory among others)."""
+    it can use). Returns ({name: error line} of the units that failed, the MLflow runs of those that finished, for
+    the stage's process to log); the units after a failed one do not run. Bad input (ConfigError,
+    FileNotFoundError) is raised, and so is the first unit's failure where `raise_first` (in a worker: run_at_once
+    then says it, and runs it again if it ran out of GPU memory among others)."""
     failed: dict[str, str] = {}
+    runs: list[FinishedRun] = []
     for index, (name, digest) in enumerate(units):
         if failed:
             failed[name] = f"not run: {next(iter(failed))} failed"
             continue
         try:
-            if name == REWARD:
-                reward.train_reward(digest, params)
-            else:
-                train_one(name, digest, params)
+            runs.append(reward.train_reward(digest, params) if name == REWARD else train_one(name, digest, params))
         except (ConfigError, FileNotFoundError):  # bad input: the stage's one-line error, as before any work
             raise
         except Exception as exc:  # noqa: BLE001 - reported with the others when every model is done
@@ -245,7 +243,7 @@ def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool 
                 raise
             failed[name] = error_line(exc)
             print(f"[base_models] {name} FAILED: {failed[name]}", flush=True)
-    return failed
+    return failed, runs
 
 
 def in_turns(todo: dict[str, str], params: dict) -> list[list[tuple[str, str]]]:
@@ -261,24 +259,47 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
     """Train the models `todo` ({name: fingerprint}, the reward model after the base model it starts from); returns
     {name: error} of those that failed (the others finish). On a GPU the turns (`in_turns`) run at once, one process
     each, spread over the visible GPUs (under an MPS daemon where several share one: runtime.mps); on a CPU, or one
-    turn alone, one after another in this process."""
+    turn alone, one after another in this process. This process logs every model's MLflow run once the models are
+    done (a failed one's as FAILED), with the times the model's work started and ended: the workers import no
+    MLflow, and while they train this process imports it and opens the store (warm_up)."""
     turns = in_turns(todo, params)
     gpus = visible_gpus() if device() == "cuda" else []
+    started = time.time()
     if not gpus or len(turns) == 1:
-        return {name: error for units in turns for name, error in train_in_turn(units, params, raise_first=False).items()}
-    runtime = section(params, "runtime", RuntimeConfig)
-    open_store(profile(params))  # before the processes that log to it start at once
-    # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
-    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    calls = {units[0][0]: (train_in_turn, (units, params)) for units in turns}
-    ended, errors = run_at_once(calls, len(calls), gpus, runtime.mps, "base_models")
-    failed = {name: error for later in ended for name, error in later.items()}  # a turn's later units
+        ended = [train_in_turn(units, params, raise_first=False) for units in turns]
+        errors: dict[str, str] = {}
+    else:
+        runtime = section(params, "runtime", RuntimeConfig)
+        # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        warm_up(profile(params))
+        calls = {units[0][0]: (train_in_turn, (units, params)) for units in turns}
+        ended, errors = run_at_once(calls, len(calls), gpus, runtime.mps, "base_models")
+    failed = {name: error for later, _ in ended for name, error in later.items()}  # a turn's later units
     for units in turns:
         first = units[0][0]
         if first in errors:
             failed[first] = errors[first]
             failed.update({name: f"not run: {first} failed" for name, _ in units[1:]})
+    for run in sorted((run for _, runs in ended for run in runs), key=lambda run: run.started_at):
+        log_finished(run, profile(params))
+    for name, error in failed.items():
+        if not error.startswith("not run:"):
+            log_finished(FinishedRun(unit_stage(name), unit_config(name, params), str(out_dir(params, "models", name)),
+                                     started, time.time(), status="FAILED"), profile(params))
     return failed
+
+
+def unit_stage(name: str) -> str:
+    """The MLflow run name of unit `name`: base_model@<name>, or the reward model's."""
+    return reward.STAGE if name == REWARD else f"base_model@{name}"
+
+
+def unit_config(name: str, params: dict) -> dict:
+    """The settings unit `name` logs as its MLflow params."""
+    if name == REWARD:
+        return to_dict(section(params, "reward_model", RewardModelConfig))
+    return to_dict(section(params, f"base_models.{name}", BaseModelConfig))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from cory.config import ConfigError, to_dict
 from cory.evaluation import evaluate_pass_at_k
-from cory.tracking import start_run
+from cory.tracking import FinishedRun, log_finished, warm_up
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
 )
@@ -133,6 +133,12 @@ def evaluate_one(name: str, seed: str, folder: Path, cfg: EvaluateConfig, questi
     return name, seed, result
 
 
+def processes_for(runs: list, on: str, runtime: RuntimeConfig | None) -> int:
+    """How many processes evaluate `runs` at once (see `evaluate`)."""
+    gpus = visible_gpus() if on == "cuda" and runtime is not None else []
+    return 1 if runtime is None else min(len(runs), processes_at_once(runtime.workers, gpus))
+
+
 def evaluate(
     cfg: EvaluateConfig, runs: list[tuple[str, str, Path]], questions: list[str], answers: list[str], on: str,
     runtime: RuntimeConfig | None = None,
@@ -142,7 +148,7 @@ def evaluate(
     daemon where several share one: runtime.mps), or `workers` in all without a GPU; else, or where that is one
     process, one after another here."""
     gpus = visible_gpus() if on == "cuda" and runtime is not None else []
-    processes = 1 if runtime is None else min(len(runs), processes_at_once(runtime.workers, gpus))
+    processes = processes_for(runs, on, runtime)
     if processes > 1:
         calls = {f"{name} seed {seed}": (evaluate_one, (name, seed, folder, cfg, questions, answers, on))
                  for name, seed, folder in runs}
@@ -174,13 +180,24 @@ def main() -> None:
         seeds = training_seeds(params)
         runs, questions, answers = prepare(cfg, seeds, test_path, out_dir(params))
         runtime = section(params, "runtime", RuntimeConfig)
-        with start_run("evaluate", {**to_dict(cfg), "seeds": seeds}, profile=profile(params), outputs=eval_dir) as tracker:
+        # The stage's MLflow run is logged once the models are evaluated; where worker processes evaluate them, this
+        # process imports MLflow and opens the store meanwhile (warm_up), instead of before they start.
+        run = FinishedRun("evaluate", {**to_dict(cfg), "seeds": seeds}, str(eval_dir), time.time(), 0.0)
+        if processes_for(runs, device(), runtime) > 1:
+            warm_up(profile(params))
+        try:
             passk, details = evaluate(cfg, runs, questions, answers, device(), runtime)
-            write_json(eval_dir / "passk.json", passk)
-            write_json(eval_dir / "details.json", details)
-            for k in cfg.ks:  # step = k, so MLflow draws each model's pass@k curve (Fig. 5) as a metric history
-                tracker.log_metrics(passk_metrics(passk, k), step=k)
-            tracker.log_artifact(eval_dir / "passk.json")
+        except BaseException as exc:
+            run.status = "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
+            run.ended_at = time.time()
+            log_finished(run, profile(params))
+            raise
+        write_json(eval_dir / "passk.json", passk)
+        write_json(eval_dir / "details.json", details)
+        # step = k, so MLflow draws each model's pass@k curve (Fig. 5) as a metric history
+        run.steps = [(k, passk_metrics(passk, k)) for k in cfg.ks]
+        run.artifacts, run.ended_at = [str(eval_dir / "passk.json")], time.time()
+        log_finished(run, profile(params))
 
 
 if __name__ == "__main__":

@@ -23,9 +23,12 @@ import json
 import time
 
 from cory.config import to_dict
-from cory.tracking import provenance, start_run
-from pipeline.common import content_digest, device, out_dir, profile, read_jsonl, section, write_json
+from cory.tracking import FinishedRun, provenance
+from pipeline.common import content_digest, device, out_dir, read_jsonl, section, write_json
 from pipeline.params import REWARD, SCRATCH, RewardModelConfig
+
+STAGE = "reward_model"
+"""The reward model's MLflow run name (and run key)."""
 
 # transformers and the classifier's code are imported where the model is built, in the worker process (as the base
 # models': the stage's own process only checks inputs, fingerprints and starts the workers)
@@ -118,17 +121,15 @@ def is_current(params: dict, digest: str) -> bool:
     return json.loads(record.read_text()).get("fingerprint") == digest
 
 
-def train_reward(digest: str, params: dict) -> dict:
-    """Train (or load) the reward model under its MLflow run and write its outputs; returns its metrics. Runs in the
-    worker process of the base model it starts from when the stage's models train at once."""
+def train_reward(digest: str, params: dict) -> FinishedRun:
+    """Train (or load) the reward model and write its outputs; returns its MLflow run, which the stage's process
+    logs (log_finished). Runs in the worker process of the base model it starts from when the stage's models train
+    at once."""
     entered = time.time()
     cfg = section(params, "reward_model", RewardModelConfig)
-    with start_run("reward_model", to_dict(cfg), profile=profile(params), outputs=out_dir(params, "models", REWARD)) as tracker:
-        metrics, record = build_reward_model(cfg, params, device(), digest)
-        for row in record["history"]:
-            tracker.log_metrics({"train_loss": row["train_loss"], "accuracy": row["accuracy"]}, step=row["step"])
-        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=metrics.get("steps", 0))
-    metrics["seconds"] = time.time() - entered  # the whole of its work, MLflow included
+    metrics, record = build_reward_model(cfg, params, device(), digest)
+    metrics["seconds"] = time.time() - entered  # the whole of its work
     write_json(out_dir(params, "metrics", "reward_model.json"), metrics)
     print(f"reward_model: {metrics}", flush=True)
-    return metrics
+    history = [(row["step"], {"train_loss": row["train_loss"], "accuracy": row["accuracy"]}) for row in record["history"]]
+    return FinishedRun.of_training(STAGE, to_dict(cfg), out_dir(params, "models", REWARD), entered, history, metrics)

@@ -280,9 +280,10 @@ def main(argv: list[str]) -> None:
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
             if todo and processes > 1:  # processes at once
-                from cory.tracking import open_store
+                from cory.tracking import open_store, store_exists
 
-                open_store(name)  # before the processes that log to it start at once
+                if not store_exists():  # a new store: created here, before the processes that log to it start at once
+                    open_store(name)
             summaries, failed = run_all(todo, settings, runtime.workers, gpus, runtime.mps)
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(todo)} runs failed (the {len(summaries)} others finished and are "

@@ -23,6 +23,7 @@ from cory.pretrain import (
     sample_texts,
     save_model,
 )
+from cory.tracking import FinishedRun
 
 TINY = LMConfig(n_layer=2, n_embd=32, n_head=2, n_positions=64, dropout=0.0)
 
@@ -340,14 +341,17 @@ def test_on_a_gpu_the_reward_model_trains_in_its_base_models_process_after_it(pr
     project["runtime"] = {"mps": False}
     monkeypatch.setattr(stage, "device", lambda: "cuda")
     monkeypatch.setattr(stage, "visible_gpus", lambda: ["0"])
-    monkeypatch.setattr(stage, "open_store", lambda profile: None)
+    monkeypatch.setattr(stage, "warm_up", lambda profile: None)
     monkeypatch.setattr(gpus, "worker_pool", lambda processes, names: ThreadPoolExecutor(processes))
-    ran, fail = [], set()
+    ran, fail, logged = [], set(), []
+    monkeypatch.setattr(stage, "log_finished", lambda run, profile: logged.append((run.stage, run.status,
+                                                                                 threading.get_ident())))
 
     def unit(name):
         ran.append((name, threading.get_ident()))
         if name in fail:
             raise FloatingPointError(f"non-finite loss ({name})")
+        return FinishedRun(stage.unit_stage(name), {}, "out", 0.0, 1.0)
 
     monkeypatch.setattr(stage, "train_one", lambda name, digest, params: unit(name))
     monkeypatch.setattr(stage.reward, "train_reward", lambda digest, params: unit("reward"))
@@ -358,12 +362,17 @@ def test_on_a_gpu_the_reward_model_trains_in_its_base_models_process_after_it(pr
     thread = dict(ran)
     assert len(ran) == 4 and thread["reward"] == thread["imdb_small"]
     assert [name for name, _ in ran].index("reward") > [name for name, _ in ran].index("imdb_small")
-    ran.clear(), fail.add("reward")
+    # every model's MLflow run, logged by the stage's own thread (the workers import no MLflow)
+    main = threading.get_ident()
+    assert sorted(logged) == sorted((stage.unit_stage(name), "FINISHED", main) for name in thread)
+    ran.clear(), logged.clear(), fail.add("reward")
     assert stage.train_all(todo, project) == {"reward": "FloatingPointError: non-finite loss (reward)"}
-    ran.clear(), fail.update({"imdb_small"})
+    assert ("reward_model", "FAILED", main) in logged and len(logged) == 4
+    ran.clear(), logged.clear(), fail.update({"imdb_small"})
     assert stage.train_all(todo, project) == {"imdb_small": "FloatingPointError: non-finite loss (imdb_small)",
                                              "reward": "not run: imdb_small failed"}
     assert "reward" not in dict(ran)
+    assert sorted(status for name, status, _ in logged) == ["FAILED", "FINISHED", "FINISHED"]  # not run: no run
     # the reward model alone, when imdb_small is current: a turn of its own
     assert stage.in_turns({"reward": todo["reward"], "math": todo["math"]}, project) == [
         [("reward", todo["reward"])], [("math", todo["math"])]]

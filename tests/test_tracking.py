@@ -12,18 +12,22 @@ import pytest
 
 from cory.tracking import (
     SAMPLES_TABLE,
+    FinishedRun,
     Tracker,
     config_hash,
     flatten,
     headline_markdown,
     headline_metrics,
+    log_finished,
     log_pipeline_run,
     main_module,
     read_history,
     run_identity,
     samples_table,
     start_run,
+    store_exists,
     sync_runs,
+    warm_up,
 )
 
 mlflow = pytest.importorskip("mlflow")
@@ -506,3 +510,62 @@ def test_a_parent_run_with_an_unusable_store_warns_once(monkeypatch, tmp_path, c
     assert log_pipeline_run("test", tmp_path / "runs", tmp_path / "passk.json", tmp_path / "reports") is None
     (warning,) = warnings_in(capsys)
     assert warning.startswith("WARNING: MLflow unavailable")
+
+
+def test_a_finished_run_is_logged_as_its_work_went_live_with_its_times_metrics_and_artifacts(store, tmp_path):
+    """A worker's unit, logged by the stage's process once it is done (log_finished), is the run start_run would
+    have logged live: the same tags and params, its metrics step by step, started and ended when its work did; a
+    newer run of the same key supersedes it."""
+    artifact = tmp_path / "passk.json"
+    artifact.write_text('{"base": 0.1}')
+    run = FinishedRun("base_model@math", {"lm": {"n_layer": 2}}, str(tmp_path), 1_700_000_000.0, 1_700_000_090.5,
+                      steps=[(0, {"loss": 3.0}), (10, {"loss": 2.0}), (10, {"seconds": 90.5})], artifacts=[str(artifact)])
+    log_finished(run, "finished")
+    client = MlflowClient(tracking_uri=store)
+    (logged,) = client.search_runs([client.get_experiment_by_name("cory-finished").experiment_id])
+    assert logged.info.run_name == "base_model@math" and logged.info.status == "FINISHED"
+    assert (logged.info.start_time, logged.info.end_time) == (1_700_000_000_000, 1_700_000_090_500)
+    assert logged.data.params["lm.n_layer"] == "2" and logged.data.tags["run_key"] == "finished/base_model@math"
+    assert [(m.step, m.value) for m in client.get_metric_history(logged.info.run_id, "loss")] == [(0, 3.0), (10, 2.0)]
+    assert logged.data.metrics["seconds"] == 90.5
+    assert [a.path for a in client.list_artifacts(logged.info.run_id)] == ["passk.json"]
+    log_finished(FinishedRun("base_model@math", {}, str(tmp_path), 1_700_000_100.0, 1_700_000_101.0, status="FAILED"),
+                 "finished")
+    runs = {r.info.run_id: r for r in client.search_runs([logged.info.experiment_id])}
+    assert runs[logged.info.run_id].data.tags["superseded"] == "true" and len(runs) == 2
+    assert {r.info.status for r in runs.values()} == {"FINISHED", "FAILED"}
+
+
+def test_a_store_exists_once_mlflow_has_made_its_tables(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'new.db'}")
+    assert not store_exists()
+    (tmp_path / "new.db").write_bytes(b"")  # a file, but no tables: MLflow would create them
+    assert not store_exists()
+    (tmp_path / "new.db").unlink()
+    log_finished(FinishedRun("evaluate", {}, str(tmp_path), time.time(), time.time()), "exists")
+    assert store_exists()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://localhost:1")  # a server creates its own
+    assert store_exists()
+
+
+def test_a_warm_up_in_a_thread_opens_the_store_and_the_next_client_waits_for_it(tmp_path, monkeypatch):
+    import cory.tracking as tracking
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'warm.db'}")
+    monkeypatch.setattr(tracking, "_WARMING", None)
+    opened = []
+    real_open_store = tracking.open_store
+
+    def slow_open_store(profile):
+        time.sleep(1.0)
+        real_open_store(profile)
+        opened.append(threading.current_thread().name)
+
+    monkeypatch.setattr(tracking, "open_store", slow_open_store)
+    warm_up("warm")
+    warm_up("warm")  # once per process
+    assert not opened
+    log_finished(FinishedRun("evaluate", {}, str(tmp_path), time.time(), time.time()), "warm")
+    assert opened == ["mlflow-warm-up"]  # the log waited for the thread, which had opened the store
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'warm.db'}")
+    assert len(client.search_runs([client.get_experiment_by_name("cory-warm").experiment_id])) == 1
