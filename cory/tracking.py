@@ -20,6 +20,10 @@ MLflow mirrors DVC, which keeps one output per run and replaces it when the run 
   `tags.superseded != "true"` (or `= "false"`) lists the current runs only.
 - A run ends FINISHED; KILLED if its body is interrupted (Ctrl-C, SystemExit, or SIGTERM, which start_run turns into
   SystemExit so that the run can still be closed); FAILED on any other exception.
+- A stage's worker processes that train one unit each (base_models) import no MLflow: each hands its unit's run
+  (FinishedRun) back, and the stage's own process logs it once the unit is done (log_finished), started and ended
+  when its work did; the evaluate stage logs its run once the models are evaluated. Where worker processes do the
+  work, the stage's process imports MLflow and opens the store meanwhile (warm_up).
 - Results DVC restores from its cache (or `dvc pull`s) ran no code, so sync_runs, called by the report stage, logs a
   run tagged `restored_from=dvc` (params from config.json, metric history from history.csv) for every run folder
   whose current run is missing, unfinished or of another config_hash.
@@ -314,7 +318,8 @@ def warm_up(profile: str) -> None:
     two threads importing at once can meet in a circular import. The next client of this process waits for it."""
     global _WARMING
     if _WARMING is None:
-        _WARMING = threading.Thread(target=open_store, args=(profile,), name="mlflow-warm-up", daemon=True)
+        # not a daemon: a process ending meanwhile waits for it rather than cut a new store's creation short
+        _WARMING = threading.Thread(target=open_store, args=(profile,), name="mlflow-warm-up")
         _WARMING.start()
 
 
