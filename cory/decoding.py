@@ -59,6 +59,7 @@ class GraphDecoder:
         self.step = torch.zeros((), **long)  # new tokens drawn so far
         self.unfinished = torch.ones(batch_size, dtype=torch.bool, device=device)
         self.steps_alive = torch.zeros((), **long)  # steps that began with a row unfinished: the output's width
+        self.nonfinite = torch.zeros((), dtype=torch.bool, device=device)  # a row's probabilities held a NaN
         self.eos = torch.zeros(vocab, dtype=torch.bool, device=device)
         if eos_token_id is not None:
             self.eos[eos_token_id] = True
@@ -68,7 +69,7 @@ class GraphDecoder:
         self.min_new_tokens = torch.zeros((), **long)  # no EOS before this many new tokens (a tensor: set per call)
         self.warpers = self._warpers()
         for buffer in (self.tokens, self.valid, self.logits, self.position, self.slot, self.step, self.unfinished,
-                       self.steps_alive, self.min_new_tokens):
+                       self.steps_alive, self.min_new_tokens, self.nonfinite):
             torch._dynamo.mark_static_address(buffer)
         self.decode = self._compiled() if compile_step else self._step
         self.attention = decoding_attention if self.on_gpu else contextlib.nullcontext
@@ -117,8 +118,12 @@ class GraphDecoder:
             scores = warper(self.tokens, scores)
         probs = torch.softmax(scores, dim=-1)
         drawn = (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)  # torch.multinomial(probs, 1)
+        # A NaN logit (a diverged policy) makes its row's probabilities NaN: recorded on the device and raised once the
+        # sample ends (no host sync per step); the row draws padding meanwhile, a valid token id.
+        broken = torch.isnan(probs).any(-1)
+        self.nonfinite.logical_or_(broken.any())
         self.steps_alive.add_(self.unfinished.any().long())
-        tokens = torch.where(self.unfinished, drawn, self.pad)
+        tokens = torch.where(self.unfinished & ~broken, drawn, self.pad)
         if self.stop_at_eos:
             self.unfinished.logical_and_(~self.eos[tokens])
         self.tokens.index_copy_(1, self.slot, tokens[:, None])
@@ -159,6 +164,7 @@ class GraphDecoder:
         self.step.zero_()
         self.unfinished.fill_(True)
         self.steps_alive.zero_()
+        self.nonfinite.zero_()
         self.min_new_tokens.fill_(min_new_tokens)
         # the prompt: one eager forward pass, as `generate`'s prefill
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
@@ -176,7 +182,15 @@ class GraphDecoder:
             else:
                 self.choose()  # the last token needs no forward pass
         width = int(self.steps_alive)
+        if bool(self.nonfinite):
+            raise_nonfinite_logits()
         return self.tokens[:, P : P + width].clone()
+
+
+def raise_nonfinite_logits() -> None:
+    from cory.ppo import NonFiniteError
+
+    raise NonFiniteError("non-finite logits reached the sampler (NaN sampling probabilities): the policy diverged")
 
 
 def decoding_attention():

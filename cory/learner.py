@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from cory import ppo
+from cory.ppo import NonFiniteError
 from cory.agents import Agent, compiled
 from cory.rollout import Rollout, autocast, forward_response
 
@@ -35,11 +36,6 @@ class Experience:
     @property
     def mask(self) -> torch.Tensor:
         return self.rollout.response_mask
-
-
-class NonFiniteError(FloatingPointError):
-    """A NaN or inf in a score, a loss, a gradient or a PPO statistic (ppo.on_nonfinite: error); the message names
-    the source, and the trainer adds the iteration and the agent."""
 
 
 def whole_groups(finite: torch.Tensor, group_size: int = 1) -> torch.Tensor:

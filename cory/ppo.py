@@ -17,6 +17,11 @@ import torch.nn.functional as F
 # --------------------------------------------------------------------------------------------------------------------
 
 
+class NonFiniteError(FloatingPointError):
+    """A NaN or inf in the logits being sampled, a score, a loss, a gradient or a PPO statistic (ppo.on_nonfinite:
+    error); the message names the source, and the trainer adds the iteration and the agent."""
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Mean of `values` where `mask` is 1, over all elements (dim=None) or along `dim`. Masked-out entries are
     dropped, not multiplied by 0, so an inf or NaN there (a pad token's log-ratio, say) cannot leak into the mean."""

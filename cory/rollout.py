@@ -154,6 +154,27 @@ def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch
 
 
 @torch.no_grad()
+class NaNLogitsGuard:
+    """A logits processor for `model.generate`: NaN scores are recorded on the device and replaced by 0, so that the
+    sampler's multinomial never meets NaN probabilities (a device-side assert that poisons the process's CUDA
+    context); `check` then raises NonFiniteError once the call has ended."""
+
+    def __init__(self):
+        self.seen = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        nan = torch.isnan(scores)
+        found = nan.any()
+        self.seen = found if self.seen is None else self.seen | found
+        return scores.masked_fill(nan, 0.0)
+
+    def check(self) -> None:
+        if self.seen is not None and bool(self.seen):
+            from cory.decoding import raise_nonfinite_logits
+
+            raise_nonfinite_logits()
+
+
 def generate(
     model, tokenizer, prompts: list[str], gen: GenerationConfig, max_new_tokens: int, batch_size: int | None = None,
     mixed_precision: bool = True, dropout: bool = False,
@@ -209,6 +230,7 @@ def generate(
         cache = {}
         if gen.cache == "static":
             cache = static_cache(model, input_ids.shape, max_new_tokens, least=gen.cache_length)
+        guard = NaNLogitsGuard()
         with autocast(device, mixed_precision):
             out = model.generate(
                 input_ids=input_ids,
@@ -223,7 +245,9 @@ def generate(
                 repetition_penalty=gen.repetition_penalty,
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id if gen.stop_at_eos else None,
+                logits_processor=[guard],
             )
+        guard.check()
         chunks.append((input_ids[:rows], attention_mask[:rows], out[:rows, input_ids.shape[1] :]))
     model.train(was_training)
     prompt_ids = _pad_cat([c[0] for c in chunks], tokenizer.pad_token_id, left=True)

@@ -198,8 +198,12 @@ class Trainer:
         agent.activate()
         # at most a training batch at a time, and at a training batch's shape (see generate): the logged samples and
         # the probe reuse the decoding step the training batches compiled
-        return generate(agent.compute_lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
-                        ppo_cfg.batch_size, mixed_precision=ppo_cfg.autocast, dropout=dropout)
+        try:
+            return generate(agent.compute_lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
+                            ppo_cfg.batch_size, mixed_precision=ppo_cfg.autocast, dropout=dropout)
+        except NonFiniteError as exc:
+            role = "pioneer" if agent is self.roles.pioneer else "observer"
+            raise NonFiniteError(f"iteration {self.iteration}, {agent.name} as {role}: {exc}") from None
 
     def _role_metrics(
         self, exp: Experience, stats: dict[str, float], task: torch.Tensor, training: torch.Tensor, beta: float

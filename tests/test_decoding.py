@@ -143,3 +143,36 @@ def test_a_gpu_decoding_step_may_use_cudnn_attention_which_the_rl_processes_turn
         assert not torch.backends.cuda.cudnn_sdp_enabled()  # the update's backward never sees it
     finally:
         torch.backends.cuda.enable_cudnn_sdp(was)
+
+
+@pytest.mark.parametrize("cache", ["graph", "dynamic", "static"])
+def test_nan_logits_stop_the_sample_with_one_error_and_no_sampler_assert(cache):
+    """A diverged policy (NaN logits) is named once the sample ends, by every sampler: the graph decoder records it on
+    the device and draws padding meanwhile; `generate` gets a processor that zeroes the NaN scores, so torch's
+    multinomial (a device-side assert on a GPU) never sees them."""
+    from cory.ppo import NonFiniteError
+
+    lm = tiny_lm()
+    with torch.no_grad():
+        lm.transformer.ln_f.weight[3] = float("nan")  # every position's logits become NaN
+    with pytest.raises(NonFiniteError, match="non-finite logits reached the sampler"):
+        generate(lm, tiny_tokenizer(), PROMPTS, GenerationConfig(cache=cache), max_new_tokens=5)
+
+
+def test_a_decoder_that_saw_nan_samples_normally_again():
+    """The flag is reset per sample: a kept decoder is not poisoned by an earlier failure."""
+    from cory.ppo import NonFiniteError
+
+    lm = tiny_lm()
+    gen = GenerationConfig(cache="graph")
+    torch.manual_seed(0)
+    before = generate(lm, tiny_tokenizer(), PROMPTS, gen, max_new_tokens=5).response_ids
+    weight = lm.transformer.ln_f.weight.detach().clone()
+    with torch.no_grad():
+        lm.transformer.ln_f.weight[3] = float("nan")
+    with pytest.raises(NonFiniteError):
+        generate(lm, tiny_tokenizer(), PROMPTS, gen, max_new_tokens=5)
+    with torch.no_grad():
+        lm.transformer.ln_f.weight.copy_(weight)
+    torch.manual_seed(0)
+    assert torch.equal(generate(lm, tiny_tokenizer(), PROMPTS, gen, max_new_tokens=5).response_ids, before)
