@@ -230,7 +230,7 @@ class AuthorsProtocolConfig:
     the text before its first EOS only, as trl's batched PPOTrainer.generate would return it (it cuts a response
     at its first pad token, EOS here): the authors' code generates through a helper whose code is not published."""
     seed: int = 42
-    """Seeds python, numpy and torch before the sampling of each k (cuDNN deterministic meanwhile, as the authors')."""
+    """Seeds python, numpy and torch before each draw (cuDNN deterministic meanwhile), as their seed_everything."""
 
     def __post_init__(self) -> None:
         path = section_path("evaluation.authors_protocol")

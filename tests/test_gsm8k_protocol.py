@@ -27,7 +27,7 @@ def test_the_prompt_is_the_authors_string_with_its_quirks():
         "more toys. 5 + 4 = 9.\nQuestion: How many?\n Answer:"
     )
     assert PROMPT_TEMPLATE.count("{query}") == 1 and PROMPT_TEMPLATE.endswith("{query}\n Answer:")
-    assert authors_prompt("a {brace} and {query}") .count("{query}") == 1  # the question is inserted as it is
+    assert authors_prompt("a {brace} and {query}").count("{query}") == 1  # the question is inserted as it is
 
 
 # --------------------------------------------------------------------------------------------------------------------
