@@ -72,7 +72,9 @@ class GenerationConfig:
     repetition_penalty: float = 1.1
     """HF repetition penalty used while sampling (so the sampling distribution differs slightly from pi_theta)."""
     stop_at_eos: bool = True
-    """Cut each response after its first EOS (the EOS itself is kept and trained on, as in TRL)."""
+    """Cut each response after its first EOS (the EOS itself is kept and trained on, as in TRL). False: EOS ends
+    nothing; it may be sampled and sampling goes on, so every response has the drawn length (what HF's
+    eos_token_id=-1 does; suppress_eos instead never samples it)."""
     suppress_eos: bool = False
     """Never sample EOS, so every response has the drawn length. GPT-2 Large almost never ends a review within 16
     tokens; a small model trained with EOS after every review does, and PPO then learns to end at once, since an

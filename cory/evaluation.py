@@ -6,16 +6,23 @@ as in Chen et al. 2021 ("Evaluating Large Language Models Trained on Code", Eq. 
     pass@k = E_problems[ 1 - C(n - c, k) / C(n, k) ],   c = correct samples of the problem.
 
 Sampling is plain: temperature 1, no top-k / top-p filtering, no repetition penalty, unless configured otherwise.
+
+`evaluate_authors_protocol` is the authors' GSM8K evaluation instead (their published code, gsm8k_utils/gsm8k_eval.py):
+their prompt, sampler and answer parsing, and pass@k as "any of k samples correct" (cory.tasks.gsm8k_protocol).
 """
 
 from __future__ import annotations
+
+import contextlib
+import random
 
 import numpy as np
 import torch
 
 from cory.rewards import MathReward, Reward
-from cory.rollout import generate
-from cory.settings import EvalConfig
+from cory.rollout import generate, mask_after_eos
+from cory.settings import AuthorsProtocolConfig, EvalConfig
+from cory.tasks import gsm8k_protocol
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -82,5 +89,74 @@ def evaluate_pass_at_k(
                 "n_correct": correct[i],
             }
             for i in range(min(config.n_examples, len(questions)))
+        ],
+    }
+
+
+@contextlib.contextmanager
+def seeded_as_the_authors(seed: int):
+    """The authors' seed_everything for the duration: python, numpy and torch (every GPU) seeded, cuDNN
+    deterministic (and benchmark on, as theirs); the cuDNN flags are set back afterwards."""
+    cudnn = torch.backends.cudnn
+    flags = cudnn.deterministic, cudnn.benchmark
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    cudnn.deterministic, cudnn.benchmark = True, True
+    try:
+        yield
+    finally:
+        cudnn.deterministic, cudnn.benchmark = flags
+
+
+def evaluate_authors_protocol(
+    model, tokenizer, questions: list[str], answers: list[str], config: AuthorsProtocolConfig, batch_size: int,
+    n_examples: int = 0,
+) -> dict:
+    """The authors' GSM8K accuracy of `model` for each k of `config.ks`: k samples per problem in their prompt, each
+    `config.max_new_tokens` long (EOS does not end one), a problem correct if any sample's answer is its gold one.
+
+    `answers` are GSM8K worked solutions ("... #### 18"). Returns {"accuracy": {k: fraction of problems},
+    "correct": {k: per-problem 0/1}, "eos_rate": share of samples in which EOS was drawn, "samples": the first
+    sample of the first `n_examples` problems (of the largest k's draw), with its parsed and gold answers}.
+    """
+    if len(questions) != len(answers):
+        raise ValueError(f"got {len(questions)} questions and {len(answers)} answers")
+    if not questions:
+        raise ValueError("no problems to evaluate")
+    gold = [gsm8k_protocol.gold_answer(a) for a in answers]  # every gold answer checked before any sampling
+    eos = tokenizer.eos_token_id
+
+    def draw(k: int) -> tuple[list[list[bool]], list[str], int]:
+        """k samples of every problem (problem-major): the (P, k) correctness table, the texts, how many drew EOS."""
+        prompts = [gsm8k_protocol.authors_prompt(q) for q in questions for _ in range(k)]
+        with seeded_as_the_authors(config.seed):
+            rollout = generate(model, tokenizer, prompts, config.generation, config.max_new_tokens, batch_size)
+        ids = rollout.response_ids  # (P * k, max_new_tokens): nothing ended early
+        scored = torch.ones_like(ids) if config.score_after_eos else mask_after_eos(ids, eos)
+        rows = [row[:n] for row, n in zip(ids.tolist(), scored.sum(1).tolist())]
+        texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
+        table = [[gsm8k_protocol.is_correct(texts[i * k + j], gold[i]) for j in range(k)] for i in range(len(gold))]
+        return table, texts, 0 if eos is None else int((ids == eos).any(1).sum())
+
+    widest = max(config.ks)
+    draws = {k: draw(k) for k in config.ks} if config.resample_per_k else dict.fromkeys(config.ks, draw(widest))
+    drawn = list(draws.values()) if config.resample_per_k else [draws[widest]]
+    accuracy = {k: gsm8k_protocol.any_of_k(draws[k][0], k) for k in config.ks}
+    correct = {k: [int(any(row[:k])) for row in draws[k][0]] for k in config.ks}
+    table, texts, _ = draws[widest]
+    return {
+        "accuracy": accuracy,
+        "correct": correct,
+        "eos_rate": sum(d[2] for d in drawn) / sum(len(d[1]) for d in drawn),
+        "samples": [
+            {
+                "question": questions[i],
+                "gold": gold[i],
+                "response": texts[i * widest],
+                "parsed": gsm8k_protocol.clean_answer(texts[i * widest]),
+                "correct": table[i][0],
+            }
+            for i in range(min(n_examples, len(questions)))
         ],
     }

@@ -201,6 +201,63 @@ class ClassifierConfig:
 
 
 @dataclass
+class AuthorsProtocolConfig:
+    """The authors' GSM8K evaluation (their published evaluation code, gsm8k_utils/gsm8k_eval.py), computed beside
+    the unbiased pass@k where enabled (params `evaluation.authors_protocol`): their 1-shot prompt, sampler, answer
+    parsing and any-of-k accuracy (cory.tasks.gsm8k_protocol). The defaults are the authors' values. It asks the
+    evaluation's problems (evaluation.n_problems; all 1,319 GSM8K test problems in the paper) in batches of
+    evaluation.batch_size. The models load as the evaluation loads them, not as the authors' NF4 4-bit."""
+
+    enabled: bool = False
+    """Compute it (GSM8K only: pipeline.params rejects it on other problems)."""
+    ks: tuple[int, ...] = (1, 2, 3, 4, 5)
+    """The k of each reported accuracy: a problem counts if any of k samples is correct (the paper's Fig. 5: 1-5)."""
+    resample_per_k: bool = True
+    """True, as the authors ran one evaluation per k: each k draws its own k samples per problem from the same seed
+    (sum(ks) samples in all); false draws max(ks) once and scores any of the first k (the same expectation)."""
+    max_new_tokens: int = 256
+    """Tokens sampled per answer; EOS does not end a sample (eos_token_id=-1), so every sample has this many."""
+    top_k: int = 10
+    """Top-k filtering of the sampler."""
+    top_p: float = 0.7
+    """Nucleus filtering of the sampler."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    repetition_penalty: float = 1.1
+    """HF repetition penalty (on prompt and answer tokens)."""
+    score_after_eos: bool = True
+    """Score the whole sample, EOS tokens dropped from the text (decoded with skip_special_tokens); false scores
+    the text before its first EOS only, as trl's batched PPOTrainer.generate would return it (it cuts a response
+    at its first pad token, EOS here): the authors' code generates through a helper whose code is not published."""
+    seed: int = 42
+    """Seeds python, numpy and torch before each draw (cuDNN deterministic meanwhile), as their seed_everything."""
+
+    def __post_init__(self) -> None:
+        path = section_path("evaluation.authors_protocol")
+        check(len(self.ks) > 0, f"{path}.ks", "must list at least one k")
+        for i, k in enumerate(self.ks):
+            check(k >= 1, f"{path}.ks[{i}]", f"k must be >= 1, got {k}")
+        check(len(set(self.ks)) == len(self.ks), f"{path}.ks", f"must not repeat a k, got {list(self.ks)}")
+        for name in ("max_new_tokens", "temperature", "repetition_penalty"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        check(self.top_k >= 0, f"{path}.top_k", f"must be >= 0, got {self.top_k}")
+        check(0.0 < self.top_p <= 1.0, f"{path}.top_p", f"must be in (0, 1], got {self.top_p}")
+
+    @property
+    def generation(self) -> GenerationConfig:
+        """The sampler: EOS neither suppressed nor ending a sample (it may be drawn, and sampling goes on)."""
+        return GenerationConfig(
+            response_length=(self.max_new_tokens, self.max_new_tokens),
+            top_k=self.top_k,
+            top_p=self.top_p,
+            temperature=self.temperature,
+            repetition_penalty=self.repetition_penalty,
+            stop_at_eos=False,
+            suppress_eos=False,
+        )
+
+
+@dataclass
 class EvalConfig:
     """Pass@k sampling settings (params `evaluation`)."""
 
@@ -226,6 +283,8 @@ class EvalConfig:
     """Torch seed set before sampling, so every model is evaluated on the same random stream."""
     n_examples: int = 4
     """Generations kept per model (the first sample of the first n_examples problems) for inspection."""
+    authors_protocol: AuthorsProtocolConfig = field(default_factory=AuthorsProtocolConfig)
+    """The authors' GSM8K protocol beside the unbiased pass@k (off unless enabled)."""
 
     def __post_init__(self) -> None:
         path = section_path("evaluation")

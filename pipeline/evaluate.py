@@ -9,6 +9,11 @@ Outputs, under outputs/<profile>/eval/:
   population std (ddof 0) over seeds; a folder without "{seed}" is evaluated once, under the seed key "none".
 - details.json: {model: {seed: {"correct": per-problem correct counts, "mean_response_length", "samples"}}}.
 
+With `evaluation.authors_protocol.enabled`, each model's entry of passk.json also holds "authors_protocol":
+{"seeds": {seed: {k: accuracy}}, "mean": ..., "std": ...}, the authors' GSM8K accuracy (any of k samples correct,
+cory.evaluation.evaluate_authors_protocol), beside the unbiased pass@k whose keys stay as they are; each run's
+details.json entry holds its "authors_protocol" details (per-problem 0/1 per k, the EOS rate, samples).
+
 The model runs are evaluated at once, `runtime.workers` processes per GPU over every visible GPU, as the train stage
 trains its runs (each run's sampling is seeded alike, so the numbers do not depend on it).
 """
@@ -21,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from cory.config import ConfigError, to_dict
-from cory.evaluation import evaluate_pass_at_k
+from cory.evaluation import evaluate_authors_protocol, evaluate_pass_at_k
 from cory.tracking import FinishedRun, log_finished, warm_up
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
@@ -31,6 +36,8 @@ from pipeline.params import EvaluateConfig, RuntimeConfig
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
+AUTHORS = "authors_protocol"
+"""The key of the authors' GSM8K protocol's results in each model's entry of passk.json and details.json."""
 
 
 def training_seeds(params: dict) -> list[int]:
@@ -129,6 +136,10 @@ def evaluate_one(name: str, seed: str, folder: Path, cfg: EvaluateConfig, questi
     tokenizer = load_tokenizer(str(folder))
     result = evaluate_pass_at_k(model, tokenizer, questions, answers, cfg.prompt_template, cfg)
     shown = ", ".join(f"pass@{k} {v:.3f}" for k, v in result["pass_at_k"].items())
+    if cfg.authors_protocol.enabled:
+        result[AUTHORS] = evaluate_authors_protocol(model, tokenizer, questions, answers, cfg.authors_protocol,
+                                                    cfg.batch_size, cfg.n_examples)
+        shown += "; the authors' " + ", ".join(f"@{k} {v:.3f}" for k, v in result[AUTHORS]["accuracy"].items())
     print(f"evaluate: {name} seed {seed}: {shown} ({time.perf_counter() - start:.1f}s)", flush=True)
     return name, seed, result
 
@@ -160,6 +171,7 @@ def evaluate(
         results = [evaluate_one(name, seed, folder, cfg, questions, answers, on) for name, seed, folder in runs]
     by_run = {(name, seed): result for name, seed, result in results}
     per_run: dict[str, dict[str, dict[int, float]]] = {}
+    authors: dict[str, dict[str, dict[int, float]]] = {}
     details: dict[str, dict[str, dict]] = {}
     for name, seed, _ in runs:  # in params order, whichever ended first
         result = by_run[name, seed]
@@ -167,7 +179,13 @@ def evaluate(
         details.setdefault(name, {})[seed] = {
             key: result[key] for key in ("correct", "mean_response_length", "samples")
         }
-    return summarise(per_run), details
+        if AUTHORS in result:
+            authors.setdefault(name, {})[seed] = result[AUTHORS]["accuracy"]
+            details[name][seed][AUTHORS] = {key: value for key, value in result[AUTHORS].items() if key != "accuracy"}
+    passk = summarise(per_run)
+    for name, summary in summarise(authors).items():
+        passk[name][AUTHORS] = summary
+    return passk, details
 
 
 def main() -> None:

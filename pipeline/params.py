@@ -391,7 +391,12 @@ CHECKPOINT = re.compile(r"checkpoints/(?P<group>[^/]+)/(?P<run>[^/]+)/seed\{seed
 
 def check_evaluation(tree: Params, jobs: dict[str, list]) -> None:
     """Each relative model folder of `evaluation.models` is one the pipeline writes: a base model or the saved agent
-    of a run of the math task."""
+    of a run of the math task; the authors' GSM8K protocol only where the test problems are GSM8K's."""
+    source = tree.data.math.source
+    check(not tree.evaluation.authors_protocol.enabled or source == "gsm8k", "evaluation.authors_protocol.enabled",
+          f"the authors' protocol is GSM8K's (their prompt, sampler and parsing, to set beside the paper's Fig. 5), "
+          f"but data.math.source is {source!r}: its numbers would compare with nothing, at sum(ks) samples of "
+          f"max_new_tokens tokens per problem and model; set it false, or data.math.source to gsm8k")
     for name, folder in tree.evaluation.models.items():
         where = f"evaluation.models.{name}"
         if Path(folder).is_absolute():

@@ -242,3 +242,38 @@ def test_stage_evaluates_the_runs_at_once_as_one_after_another(model, tokenizer,
     assert list(at_once[0]) == ["base", "ppo"] and list(at_once[0]["ppo"]["seeds"]) == ["0", "1"]
     details = at_once[1]
     assert details["ppo"]["1"] == details["base"]["none"] and details["ppo"]["0"] != details["base"]["none"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The authors' GSM8K protocol beside pass@k (cory.tasks.gsm8k_protocol; its own tests: tests/test_gsm8k_protocol.py)
+# --------------------------------------------------------------------------------------------------------------------
+
+SOLUTIONS = ["2+2=4\n#### 4", "So 3+3=6.\n#### 6", "#### 1"]
+
+
+def test_the_stage_writes_the_authors_protocol_beside_pass_at_k(model, tokenizer, tmp_path):
+    from pipeline.common import write_json
+
+    save_tiny_model(model, tokenizer, tmp_path / "tiny")
+    for folder in ("models/math", "runs/math/ppo/seed0/llm1", "runs/math/ppo/seed1/llm1"):
+        (tmp_path / folder).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder).symlink_to(tmp_path / "tiny", target_is_directory=True)
+    problems = tmp_path / "test.jsonl"
+    problems.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in zip(QUESTIONS, SOLUTIONS)))
+    runs = prepare(stage_config(), [0, 1], problems, tmp_path)
+    without, _ = evaluate(stage_config(), *runs, "cpu")
+    cfg = stage_config(authors_protocol={"enabled": True, "ks": [1, 3], "max_new_tokens": 3}, n_examples=1)
+    passk, details = evaluate(cfg, *runs, "cpu")
+    for name in ("base", "ppo"):  # the unbiased pass@k as without it, its keys unchanged
+        assert {key: passk[name][key] for key in ("seeds", "mean", "std")} == without[name]
+        authors = passk[name]["authors_protocol"]
+        assert set(authors) == {"seeds", "mean", "std"} and set(authors["mean"]) == {1, 3}
+        assert all(0 <= v <= 1 for run in authors["seeds"].values() for v in run.values())
+    assert set(passk["ppo"]["authors_protocol"]["seeds"]) == {"0", "1"}
+    run = details["ppo"]["0"]["authors_protocol"]
+    assert set(run) == {"correct", "eos_rate", "samples"} and len(run["correct"][3]) == 3
+    assert run["samples"][0]["gold"] == "4" and "parsed" in run["samples"][0]
+    write_json(tmp_path / "passk.json", passk)  # serialisable as it is; the report reads the same keys as before
+    written = json.loads((tmp_path / "passk.json").read_text())
+    assert written["base"]["mean"] == {str(k): v for k, v in without["base"]["mean"].items()}
+    assert set(written["base"]["authors_protocol"]["seeds"]["none"]) == {"1", "3"}

@@ -34,6 +34,11 @@ def committed_params_yaml() -> str:
     return staged.stdout if staged.returncode == 0 else (ROOT / "params.yaml").read_text()
 
 
+def test_the_authors_gsm8k_protocol_is_on_in_the_paper_profile_only():
+    on = {name: validate(render(name)).evaluation.authors_protocol.enabled for name in ("default", "smoke", "paper")}
+    assert on == {"default": False, "smoke": False, "paper": True}
+
+
 def test_committed_params_yaml_is_the_default_profile(default):
     assert yaml.safe_load(committed_params_yaml()) == default
 
@@ -86,6 +91,9 @@ def test_unknown_profile_names_the_known_ones():
         (lambda p: p["data"].pop("math"), r"data: required setting\(s\) missing: math"),
         (lambda p: p.update(seeds=[]), r"seeds: must be a non-empty list"),
         (lambda p: p.update(profile="my-profile"), r"profile: must be a simple name"),
+        (lambda p: p["evaluation"].update(authors_protocol={"enabled": True}),
+         r"^evaluation\.authors_protocol\.enabled: the authors' protocol is GSM8K's .* data\.math\.source is 'generated'"),
+        (lambda p: p["evaluation"].update(authors_protocol={"top_p": 1.5}), r"^evaluation\.authors_protocol\.top_p: must be in"),
     ],
 )
 def test_bad_settings_raise_one_error_naming_them(default, edit, message):
