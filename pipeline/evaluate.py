@@ -25,29 +25,19 @@ from pathlib import Path
 
 import numpy as np
 
-from cory.config import ConfigError, to_dict
+from cory.config import to_dict
 from cory.evaluation import evaluate_authors_protocol, evaluate_pass_at_k
 from cory.tracking import FinishedRun, log_finished, warm_up
 from pipeline.common import (
     device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
 )
 from pipeline.gpus import processes_at_once, run_at_once, visible_gpus
-from pipeline.params import EvaluateConfig, RuntimeConfig
+from pipeline.params import EvaluateConfig, RuntimeConfig, evaluation_seeds
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
 AUTHORS = "authors_protocol"
 """The key of the authors' GSM8K protocol's results in each model's entry of passk.json and details.json."""
-
-
-def training_seeds(params: dict) -> list[int]:
-    """The top-level `seeds`: the training seeds, substituted for "{seed}" in the model folders."""
-    seeds = params.get("seeds")
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-        raise ConfigError(f"seeds: must be a non-empty list of integers, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds: has duplicates: {seeds}")
-    return seeds
 
 
 def model_runs(cfg: EvaluateConfig, seeds: list[int], root: Path) -> list[tuple[str, str, Path]]:
@@ -195,7 +185,7 @@ def main() -> None:
         cfg = section(params, "evaluation", EvaluateConfig)
         eval_dir = out_dir(params, "eval")
         test_path = out_dir(params, "data", "math", "test.jsonl")
-        seeds = training_seeds(params)
+        seeds = evaluation_seeds(params)
         runs, questions, answers = prepare(cfg, seeds, test_path, out_dir(params))
         runtime = section(params, "runtime", RuntimeConfig)
         # The stage's MLflow run is logged once the models are evaluated; where worker processes evaluate them, this

@@ -415,12 +415,30 @@ def check_evaluation(tree: Params, jobs: dict[str, list]) -> None:
         check(agent <= runs[run].train.cory.n_agents, where, f"run {group}/{run} trains {runs[run].train.cory.n_agents} "
               f"agent(s), so it has no llm{agent}")
         trained = tree.experiments[group].seeds_of(tree.seeds)
-        check(set(trained) == set(tree.seeds), where,
-              f"pass@k evaluates every seed of `seeds` {tree.seeds}, but group {group!r} trains {trained} only "
-              f"(experiments.{group}.seeds)")
+        evaluated = evaluation_seeds(params_of(tree))
+        check(set(trained) == set(evaluated), where,
+              f"pass@k evaluates the seeds {evaluated} of the first group evaluation.models names, but group "
+              f"{group!r} trains {trained} (experiments.{group}.seeds)")
         task = tree.experiments[group].task
         check(task == EVAL_TASK, where, f"group {group!r} trains task {task!r}; pass@k asks the {EVAL_TASK} task's "
               "test problems in its prompt")
+
+
+def params_of(tree: Params) -> dict:
+    """The few raw settings evaluation_seeds reads, from the typed tree."""
+    return {"seeds": tree.seeds, "evaluation": {"models": tree.evaluation.models},
+            "experiments": {name: {"seeds": exp.seeds} for name, exp in tree.experiments.items()}}
+
+
+def evaluation_seeds(params: dict) -> list[int]:
+    """The seeds pass@k substitutes for "{seed}" in evaluation.models: those of the experiment group the first
+    checkpoint folder names (validation checks that every named group trains them), else the top-level `seeds`."""
+    for folder in (params.get("evaluation") or {}).get("models", {}).values():
+        match = CHECKPOINT.fullmatch(folder)
+        group = (params.get("experiments") or {}).get(match["group"]) if match else None
+        if group is not None:
+            return list(group.get("seeds") or params["seeds"])
+    return list(params["seeds"])
 
 
 def validate(params: dict) -> Params:

@@ -16,7 +16,6 @@ from pipeline.evaluate import (
     passk_metrics,
     prepare,
     summarise,
-    training_seeds,
 )
 from pipeline.params import RuntimeConfig
 
@@ -147,11 +146,16 @@ def test_stage_config_errors_name_the_setting():
         stage_config(ks=[1, 3])
 
 
-def test_training_seeds_are_checked():
-    assert training_seeds({"seeds": [0, 1]}) == [0, 1]
-    for bad in (None, [], [0, 0], [0, "1"], 3):
-        with pytest.raises(ConfigError, match="^seeds: "):
-            training_seeds({"seeds": bad})
+def test_pass_at_k_evaluates_the_seeds_of_the_group_it_reads():
+    """The models' group's own seeds (the IMDB groups may train more), else the top-level seeds."""
+    from pipeline.params import evaluation_seeds
+
+    models = {"base": "models/math", "ppo": "checkpoints/math/ppo/seed{seed}/llm1"}
+    params = {"seeds": [0, 1, 2, 3], "evaluation": {"models": models}, "experiments": {"math": {"seeds": [0, 2]}}}
+    assert evaluation_seeds(params) == [0, 2]
+    params["experiments"]["math"]["seeds"] = None
+    assert evaluation_seeds(params) == [0, 1, 2, 3]
+    assert evaluation_seeds({**params, "evaluation": {"models": {"base": "models/math"}}}) == [0, 1, 2, 3]
 
 
 def test_model_runs_expand_seeds(tmp_path):

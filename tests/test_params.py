@@ -63,7 +63,7 @@ def test_unknown_profile_names_the_known_ones():
     "edit, message",
     [
         (lambda p: p["train"]["ppo"].update(minibatch_size=4), r"train\.ppo\.minibatch_size: unknown setting; did you mean 'mini_batch_size'"),
-        (lambda p: p["train"]["ppo"].update(mini_batch_size=100), r"train\.ppo\.mini_batch_size: .* must divide batch_size = 128"),
+        (lambda p: p["train"]["ppo"].update(mini_batch_size=100), r"train\.ppo\.mini_batch_size: .* must divide batch_size = 256"),
         (lambda p: p["train"]["ppo"].update(kl_penalty="reverse"), r"train\.ppo\.kl_penalty: must be one of"),
         (lambda p: p["train"]["cory"].update(role_exchange_period=0), r"train\.cory\.role_exchange_period: T_REx must be"),
         (lambda p: p["train"]["ppo"].update(vf_coef=-0.1), r"train\.ppo\.vf_coef: must be >= 0"),
@@ -435,28 +435,39 @@ def test_the_math_sweep_trains_as_the_math_group_does_at_a_fixed_eta(name):
     assert set(experiments["pareto_math"]["runs"]) == {"ppo", "cory"}
 
 
-def test_the_default_math_sweep_runs_two_seeds_at_three_etas(default):
+def test_the_default_profile_spends_its_seeds_on_the_imdb_groups(default):
+    """5 seeds for the scratch IMDB group (the top-level seeds), 4 for SmolLM2's, 3 for math and the IMDB sweep, 1 for
+    the math sweep (its verdict can only be inconclusive): the seed budget of one 15-minute GPU repro."""
     tree = validate(default)
+    assert tree.seeds == [0, 1, 2, 3, 4] and tree.experiments["imdb"].seeds is None
+    assert tree.experiments["imdb_smollm2"].seeds == [0, 1, 2, 3]
+    assert tree.experiments["math"].seeds == tree.experiments["pareto"].seeds == [0, 1, 2]
     sweep = tree.experiments["pareto_math"]
-    assert sweep.seeds == [0] and sweep.sweep_eta == [0.01, 0.1, 0.3] and tree.seeds == [0, 1, 2]
+    assert sweep.seeds == [0] and sweep.sweep_eta == [0.01, 0.3]
     for group in ("math", "pareto_math"):  # one micro-batch of 128 (diagnostics.sh math-microbatch): 12 math runs at
         ppo = default["experiments"][group]["train"]["ppo"]  # once fit one H100 with the corpus vocabulary
         assert (ppo["mini_batch_size"], ppo["gradient_accumulation_steps"], ppo["forward_batch_size"]) == (128, 1, 128)
     assert validate(render("paper")).experiments["pareto_math"].seeds is None  # the paper profile: every seed
 
 
+def math_copy_with_seeds(p: dict, seeds: list[int]) -> None:
+    """A second math group training `seeds`, whose CORY-LLM2 pass@k evaluates."""
+    p["experiments"]["math2"] = {**copy.deepcopy(p["experiments"]["math"]), "seeds": seeds}
+    p["evaluation"]["models"]["cory_llm2"] = "checkpoints/math2/cory/seed{seed}/llm2"
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
         (lambda p: p["experiments"]["pareto_math"].update(seeds=[0, 5]),
-         r"^experiments\.pareto_math\.seeds: must be a subset of the top-level seeds \[0, 1, 2\]; \[5\] are not"),
+         r"^experiments\.pareto_math\.seeds: must be a subset of the top-level seeds \[0, 1, 2, 3, 4\]; \[5\] are not"),
         (lambda p: p["experiments"]["pareto_math"].update(seeds=[]), r"^experiments\.pareto_math\.seeds: must name"),
         (lambda p: p.update(seeds=[1, 2]),
-         r"^experiments\.pareto_math\.seeds: must be a subset of the top-level seeds \[1, 2\]"),
-        # pass@k evaluates each top-level seed's models: a group that trains fewer cannot be evaluated
-        (lambda p: p["experiments"]["math"].update(seeds=[0, 1]),
-         r"^evaluation\.models\.ppo: pass@k evaluates every seed of `seeds` \[0, 1, 2\], but group 'math' trains "
-         r"\[0, 1\] only \(experiments\.math\.seeds\)"),
+         r"^experiments\.\w+\.seeds: must be a subset of the top-level seeds \[1, 2\]"),
+        # pass@k evaluates one set of seeds: every group it reads models of must train them
+        (lambda p: math_copy_with_seeds(p, [0, 1]),
+         r"^evaluation\.models\.cory_llm2: pass@k evaluates the seeds \[0, 1, 2\] of the first group "
+         r"evaluation\.models names, but group 'math2' trains \[0, 1\] \(experiments\.math2\.seeds\)"),
     ],
 )
 def test_a_groups_seeds_are_checked_against_the_top_level_seeds(default, edit, message):
