@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from cory.config import ConfigError, CORYConfig, PPOConfig, TrainConfig, from_dict
-from cory.report import ReportConfig
+from cory.report.report import ReportConfig
 from pipeline.common import ROOT, load_params, section
 from pipeline.params import EvaluateConfig, Params, deviations, validate
 from pipeline.profile import render

@@ -9,10 +9,12 @@ import pytest
 
 from cory.claims import (
     HELD,
-    MIXED,
+    INCONCLUSIVE,
     NOT_HELD,
     NOT_MEASURABLE,
+    NOT_TESTED,
     Claim,
+    Effect,
     build_claims,
     combined_eta,
     curve_gap,
@@ -23,12 +25,11 @@ from cory.claims import (
     noise_fall,
     peak,
     reach_iteration,
-    verdict,
 )
 from cory.config import ConfigError, from_dict
 from cory.experiments import ExperimentConfig
 from cory.metrics import MetricsWriter, glossary_markdown
-from cory.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, time_table, write_report
+from cory.report.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, time_table, write_report
 from cory.results import Run, load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
@@ -553,7 +554,7 @@ def test_time_table_splits_the_time_between_the_stages_where_the_processes_recor
 
 
 def test_a_runs_phase_split_is_a_mean_over_the_seeds_that_recorded_it():
-    from cory.report import phase_split
+    from cory.report.report import phase_split
 
     run = Run("g/r", {}, {}, [], {0: 10.0, 1: 12.0})
     assert phase_split(run) == "-"  # written before phases were recorded
