@@ -353,7 +353,7 @@ PAPER_VALUES: dict[str, dict[str, PaperValue]] = {
         "PPO final KL": PaperValue((28.0, 37.0), f"PPO-GPT-2-l at iteration 100: {INFERRED_KL}"),
         **{f"CORY-{x} final KL": PaperValue((9.0, 12.0), f"at iteration 100: {INFERRED_KL}") for x in ("LLM1", "LLM2")},
     },
-    "imdb_combined_reward": FIG3C_END,
+    "imdb_combined_reward": {k: v for k, v in FIG3C_END.items() if "final" in k},
     "imdb_combined_fall": {
         **FIG3C_END,
         **{f"{who} start combined reward": PaperValue((0.4, 0.5), f"Fig. 3c, every run at the start, {READ}")
@@ -559,6 +559,10 @@ def imdb_claims(imdb: dict[str, Run], ctx: Context) -> list[Claim]:
         "PPO combined-reward slope", ppo, slope(ppo, "llm1/combined_reward")), "<", 0.0)]
     effects += [mean_of(f"mean CORY-{x} combined-reward slope", t.add(
         f"CORY-{x} combined-reward slope", cory, slope(cory, _key(x, "combined_reward"))), ">", 0.0) for x in LLMS]
+    for who, run, key in (("PPO", ppo, "llm1"), ("PPO-2x", ppo2x, "llm1"), ("CORY-LLM1", cory, "llm1"),
+                          ("CORY-LLM2", cory, "llm2")):
+        if run is not None:  # shown beside the paper's end points, not tested here
+            t.add(f"{who} final combined reward", run, final(run, f"{key}/combined_reward", cfg))
     claims.append(ctx.claim(
         "imdb_combined_reward", fig, "CORY's combined reward keeps rising while PPO's falls (Fig. 3c).",
         f"mean least-squares slope of the {COMBINED} ({eta}; {ETA_SOURCE}) over the second half of training: > 0 "

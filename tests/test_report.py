@@ -29,7 +29,19 @@ from cory.claims import (
 from cory.config import ConfigError, from_dict
 from cory.experiments import ExperimentConfig
 from cory.metrics import MetricsWriter, glossary_markdown
-from cory.report.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, time_table, write_report
+from cory.claims import Context, RateDifference, fall_factor
+from cory.report.report import (
+    ReportConfig,
+    claim_markdown,
+    decimals,
+    fixed,
+    mean_std,
+    rerun_rows,
+    summary_json,
+    time_table,
+    write_report,
+)
+from cory.report.stats import SIDES, combine, side
 from cory.results import Run, load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
@@ -87,14 +99,16 @@ def _write_run(run_dir, identities, iterations, seed, coef=1.0, swap_every=None,
 SWEEP_ETAS = (0.01, 0.1, 0.3)
 
 
-def fixture_experiments(seeds=(0, 1, 2), sweeps=("imdb", "math"), math_sweep_seeds=None) -> dict:
+def fixture_experiments(seeds=(0, 1, 2), sweeps=("imdb", "math"), math_sweep_seeds=None, extra_imdb=None) -> dict:
     """The `experiments` params of the fixture tree (as params.yaml writes them): the report's groups, and a
     KL-coefficient sweep of each task in `sweeps`; the math sweep runs the first two seeds only (a group's own
-    `seeds`), unless `math_sweep_seeds` says otherwise."""
+    `seeds`), unless `math_sweep_seeds` says otherwise. `extra_imdb` is {group: its runs} of further IMDB groups."""
     runs = {"ppo": {"train": {"cory": {"n_agents": 1}}}, "cory": {}}
     experiments = {"imdb": {"task": "imdb", "runs": {name: {} for name in ("ppo", "ppo_2x", "cory", "cory_no_kt",
                                                                          "cory_no_rex", "cory_competitive")}},
                    "math": {"task": "math", "runs": runs}}
+    for group, names in (extra_imdb or {}).items():
+        experiments[group] = {"task": "imdb", "runs": {name: {} for name in names}}
     if "imdb" in sweeps:
         experiments["pareto"] = {"task": "imdb", "sweep_eta": list(SWEEP_ETAS), "runs": runs}
     if "math" in sweeps:
@@ -112,10 +126,10 @@ def fixture_seeds(outputs) -> tuple[int, ...]:
     return tuple(sorted(int(p.name[4:]) for p in (outputs / "runs" / "imdb" / "ppo").glob("seed*")))
 
 
-def load_fixture(outputs, seeds=None, **options):
+def load_fixture(outputs, seeds=None, imdb_groups=(), **options):
     """load_inputs on a fixture tree with its params (`options`: fixture_experiments')."""
     raw = fixture_experiments(**{"seeds": fixture_seeds(outputs), **options})
-    return load_inputs(outputs, experiments_of(raw), seeds)
+    return load_inputs(outputs, experiments_of(raw), seeds, imdb_groups)
 
 
 def write_fixture(outputs, seeds=(0, 1, 2), iterations=30, cory_kl=5.0, skip=(), math_cory_gain=0.1):
@@ -187,7 +201,21 @@ def write(path, obj):
 def claims_by_key(outputs, seeds=None, experiments=None, **cfg):
     """The claims computed from a fixture tree, without drawing (figures are checked in two tests only: slow);
     `experiments`: fixture_experiments' options."""
-    return {c.key: c for c in build_claims(load_fixture(outputs, seeds, **(experiments or {})), ReportConfig(**cfg))}
+    groups = cfg.get("imdb_groups", ())
+    inputs = load_fixture(outputs, seeds, groups, **(experiments or {}))
+    return {c.key: c for c in build_claims(inputs, ReportConfig(**cfg))}
+
+
+def copy_imdb_group(outputs, group, runs):
+    """A second IMDB group in a fixture tree: copies of the `imdb` group's `runs`."""
+    for name in runs:
+        shutil.copytree(outputs / "runs" / "imdb" / name, outputs / "runs" / group / name)
+
+
+def decided_by_its_intervals(claim: Claim) -> bool:
+    """The verdict as the printed intervals and thresholds dictate (each sub-condition, then their combination)."""
+    ok = all(r.verdict == side(r.interval, r.op, r.threshold) for r in claim.results)
+    return ok and claim.measured_verdict == combine([r.verdict for r in claim.results])
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -214,25 +242,61 @@ def test_curve_statistics_by_hand():
     assert dominated_share([(1.0, 5.0), (2.0, 9.0)], [(1.5, 4.0)]) == 0.5
 
 
-def test_verdict_rule():
-    assert verdict(True, [True, True, True]) == HELD
-    assert verdict(False, [False, False]) == NOT_HELD
-    assert verdict(True, [True, False]) == MIXED
-    assert verdict(False, [True, False]) == MIXED
-    # a seed the rule could not be applied to (None) leaves neither "held" nor "did not hold"
-    assert verdict(True, [True, True, None]) == MIXED
-    assert verdict(False, [False, None]) == MIXED
-    assert verdict(None, [None, None]) == NOT_MEASURABLE
-    assert verdict(None, []) == NOT_MEASURABLE
+def test_fall_factor_by_hand():
+    assert fall_factor(9.0, 1.5) == 6.0  # PPO's combined reward fell 6 times as much as CORY's
+    assert fall_factor(-1.0, 2.0) == -0.5  # PPO's rose while CORY's fell
+    assert fall_factor(2.0, -1.0) == math.inf  # CORY's did not fall at all, PPO's did
+    assert fall_factor(-1.0, -1.0) == 0.0  # neither fell: PPO's fall is no larger than CORY's
+    np.testing.assert_array_equal(fall_factor(np.array([9.0, 2.0]), np.array([1.5, 0.0])), [6.0, np.inf])
+
+
+def two_runs(a: dict, b: dict, effects, tested=True) -> Claim:
+    """A claim on quantity a of run A and b of run B (independent runs)."""
+    return Claim("k", "f.png", "paper", "rule", {"a": a, "b": b}, {"a": "A", "b": "B"}, effects, tested=tested)
+
+
+def test_sub_conditions_combine_into_the_claims_verdict():
+    clear = Effect("a above 1", ("a",), lambda a: a, ">", 1.0)
+    straddles = Effect("b above 1", ("b",), lambda b: b, ">", 1.0)
+    fails = Effect("b above 5", ("b",), lambda b: b, ">", 5.0)
+    a, b = {0: 2.0, 1: 2.5, 2: 3.0}, {0: 0.5, 1: 1.5, 2: 2.5}
+    assert two_runs(a, b, [clear]).verdict == HELD
+    assert two_runs(a, b, [clear, straddles]).verdict == INCONCLUSIVE
+    assert two_runs(a, b, [clear, straddles, fails]).verdict == NOT_HELD
+    claim = two_runs(a, b, [clear, straddles, fails], tested=False)
+    assert claim.verdict == NOT_TESTED and claim.measured_verdict == NOT_HELD
+    assert [r.verdict for r in claim.results] == [HELD, INCONCLUSIVE, NOT_HELD] and decided_by_its_intervals(claim)
+    # seeds needed: with a sub-condition on the wrong side, the fewest that one needs decides the claim
+    assert two_runs(a, b, [clear, fails]).seeds_needed == claim.results[2].seeds_needed
+    assert two_runs(a, b, [clear, straddles]).seeds_needed == max(claim.results[0].seeds_needed,
+                                                                  claim.results[1].seeds_needed)
+
+
+def test_runs_of_different_algorithms_are_not_paired_by_seed():
+    # A and B alike seed by seed: paired, a - b would be 0 in every draw; as independent runs, a 0 against a 10
+    # comes in 1 draw of 16
+    values = {0: 0.0, 1: 10.0}
+    diff = Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", -1.0)
+    apart = two_runs(values, dict(values), [diff]).results[0]
+    assert apart.interval.estimate == 0 and apart.interval.low == -10 and apart.interval.high == 10
+    same = Claim("k", "f.png", "paper", "rule", {"a": values, "b": dict(values)}, {"a": "A", "b": "A"}, [diff])
+    assert (same.results[0].interval.low, same.results[0].interval.high) == (0.0, 0.0)
+    assert same.verdict == HELD and apart.verdict == INCONCLUSIVE
 
 
 def test_claim_broadcasts_an_unseeded_model_and_reports_nan_as_not_measurable():
-    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 2.0, 1: 0.5}, "base": {None: 1.0}},
-                  lambda v: v["a"] > v["base"])
-    assert claim.seeds == [0, 1] and claim.holds() == {0: True, 1: False}
-    assert claim.means() == {"a": 1.25, "base": 1.0} and claim.verdict == MIXED
-    nan = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}}, lambda v: v["a"] > 0)
+    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 2.0, 1: 0.5}, "base": {None: 1.0}}, {"a": "A"},
+                  [Effect("a - base", ("a", "base"), lambda a, base: a - base, ">", 0.0)])
+    assert claim.seeds == [0, 1] and claim.means() == {"a": 1.25, "base": 1.0}
+    result = claim.results[0]
+    assert (result.interval.estimate, result.interval.low, result.interval.high) == (0.25, -0.5, 1.0)
+    assert claim.verdict == INCONCLUSIVE and result.seeds == {"A": 2}
+    nan = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}}, {"a": "A"},
+                [Effect("a", ("a",), lambda a: a, ">", 0.0)])
     assert nan.verdict == NOT_MEASURABLE
+    one = Claim("k", "f.png", "paper", "rule", {"a": {0: 3.0}}, {"a": "A"}, [Effect("a", ("a",), lambda a: a, ">", 0.0)])
+    assert one.verdict == INCONCLUSIVE and math.isnan(one.seeds_needed)  # one seed: no interval, no spread
+    assert "no interval (a run with fewer than 2 seeds)" in "\n".join(claim_markdown(1, one))
 
 
 def test_report_config_rejects_bad_values():
@@ -240,6 +304,12 @@ def test_report_config_rejects_bad_values():
         from_dict(ReportConfig, {"last_n": 0}, "report")
     with pytest.raises(ConfigError, match=r"^report.nope"):
         from_dict(ReportConfig, {"nope": 1}, "report")
+    with pytest.raises(ConfigError, match=r"^report.confidence: must be in \(0, 1\)"):
+        from_dict(ReportConfig, {"confidence": 1.0}, "report")
+    with pytest.raises(ConfigError, match=r"^report.imdb_groups: must not repeat"):
+        from_dict(ReportConfig, {"imdb_groups": ["imdb", "imdb"]}, "report")
+    cfg = from_dict(ReportConfig, {"imdb_groups": ["imdb", "imdb_smollm2"], "rerun": None}, "report")
+    assert cfg.imdb_groups == ("imdb", "imdb_smollm2") and cfg.rerun is None and cfg.min_seeds == 3
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -254,15 +324,23 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     experiments = experiments_of(fixture_experiments())
     claims = {c.key: c for c in write_report(outputs, reports, cfg, experiments, None, "fixture")}
     assert {key: c.verdict for key, c in claims.items() if c.verdict != HELD} == {}
+    assert all(decided_by_its_intervals(c) for c in claims.values())
     assert claims["pareto"].seeds == [0, 1, 2] and claims["pareto_math"].seeds == [0, 1]  # the math sweep's own seeds
-    kl = claims["imdb_kl_ratio"].means()
-    assert 2.5 < kl["KL ratio PPO / CORY-LLM1"] < 3.5  # PPO final KL ~14.7 vs CORY ~4.97
+    assert set(claims["pareto_math"].seeds_used.values()) == {2}
+    ratio = claims["imdb_kl_ratio"].results[0]
+    assert ratio.label == "mean final KL of PPO / CORY-LLM1" and 2.5 < ratio.interval.estimate < 3.5  # 14.99 / 5.06
+    assert 2 < ratio.interval.low < ratio.interval.high < 3.5 and ratio.seeds == {"imdb/ppo": 3, "imdb/cory": 3}
     for name in FIGURES:
         assert (reports / f"{name}.png").stat().st_size > 10_000, name
     report = (reports / "REPORT.md").read_text()
     for i, claim in enumerate(claims.values(), 1):
         assert f"### {i}. {claim.paper}" in report
     assert report.count("**Verdict: held**") == len(claims)
+    assert "| mean final KL of PPO / CORY-LLM1 | 2.966 [2.889, 3.044] | > 2 | held | 3 per run | 2 | bootstrap | 2 |" \
+        in report  # the paper's "more than 2x" beside ours
+    assert "| pass@1 PPO | 0.1212 ± 0.0010 (3 seeds) | 0: 0.1200, 1: 0.1212, 2: 0.1224 | 0.145 |" in report
+    assert "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the figure (CORY.md §7)" in report
+    assert "No rerun to compare with: reports/fixture/rerun/claims.json does not exist." in report
     assert "| `ppo.batch_size` | 128 \\| not 256: time |" in report
     assert "| **total** | 360.5 |" in report and "29,000,000" in report and "ppo.init_kl_coef" in report
     # a stage's own process and its workers' GPU memory are told apart: the base models' peak is in their table
@@ -276,26 +354,43 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     assert (reports / "METRICS.md").read_text() == glossary_markdown()
     samples = (reports / "samples.md").read_text()
     assert "This is one of Jackies" in samples and "llm1 says \\| good" in samples
-    assert json.loads((reports / "claims.json").read_text())["imdb_kl_ratio"]["verdict"] == HELD
+    summary = json.loads((reports / "claims.json").read_text())
+    entry = summary["imdb_kl_ratio"]
+    assert entry["verdict"] == HELD and entry["means"]["PPO final KL"] == pytest.approx(14.99, abs=0.01)
+    assert entry["seeds"] == {"imdb/ppo": 3, "imdb/cory": 3} and entry["seeds_needed"] == 2
+    (effect,) = [e for e in entry["effects"] if e["label"].endswith("CORY-LLM1")]
+    assert effect["estimate"] == pytest.approx(2.966, abs=1e-3) and effect["op"] == ">" and effect["threshold"] == 2
+    assert effect["verdict"] == HELD and len(effect["interval"]) == 2 and effect["method"] == "bootstrap"
+    assert summary["passk"]["paper_values"]["pass@1 PPO"] == {"value": 0.145, "source": PAPER_PASSK_SOURCE}
+    assert summary["imdb_kl_ratio"]["paper_values"]["PPO final KL"]["value"] == [28.0, 37.0]
+    assert summary["imdb_combined_fall"]["effects"][0]["estimate"] == "inf"  # CORY's combined reward rises here
+
+
+PAPER_PASSK_SOURCE = "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the figure (CORY.md §7)"
 
 
 def test_kl_ratio_verdict_follows_the_fixture_numbers(tmp_path):
     write_fixture(tmp_path / "low", cory_kl=10.0)  # PPO KL ~14.7 / CORY ~9.9 = 1.5 on every seed
     claim = claims_by_key(tmp_path / "low")["imdb_kl_ratio"]
-    assert claim.verdict == NOT_HELD and claim.means()["KL ratio PPO / CORY-LLM1"] < 2
+    assert claim.verdict == NOT_HELD and claim.results[0].interval.high < 2
     write_fixture(tmp_path / "mixed", cory_kl={0: 5.0, 1: 5.0, 2: 10.0})  # seed 2 alone falls under 2x
     claim = claims_by_key(tmp_path / "mixed")["imdb_kl_ratio"]
-    assert claim.holds() == {0: True, 1: True, 2: False} and claim.verdict == MIXED
-    assert ("- **Verdict: mixed** (the rule holds on 2/3 seeds: 0, 1; holds on the means over seeds 0, 1, 2)"
-            in claim_markdown(1, claim))
+    low, high = claim.results[0].interval.low, claim.results[0].interval.high
+    assert claim.verdict == INCONCLUSIVE and low < 2 < high and claim.results[0].interval.estimate > 2
+    # CORY's resample is seed 2 thrice (KL 10.4) in 1 draw of 27 and seed 0 thrice (4.956) in another: more than
+    # 2.5% each, so the ends are PPO's resampled mean (14.70 to 15.29) over those
+    assert 14.70 / 10.40 <= low <= 15.29 / 10.40 and 14.70 / 4.956 <= high <= 15.29 / 4.956
+    assert (f"- **Verdict: inconclusive** (95% intervals; mean final KL of PPO / CORY-LLM1: [{low:.4g}, "
+            f"{high:.4g}] contains 2;") in "\n".join(claim_markdown(1, claim))
+    assert claim.seeds_needed > 3  # the spread needs more seeds than 3 to decide
 
 
 def test_one_seed_and_few_iterations_give_numbers_for_every_claim(tmp_path):
     write_fixture(tmp_path, seeds=(0,), iterations=3)
     claims = claims_by_key(tmp_path, seeds=[0])
     assert claims["imdb_kl_ratio"].seeds == [0]
-    assert all(c.verdict != MIXED for c in claims.values())  # one seed: the means are that seed's values
-    assert claims["math_ppo_peak"].verdict in (NOT_HELD, NOT_MEASURABLE)  # 3 iterations hold no peak-then-decline
+    assert all(c.verdict in (INCONCLUSIVE, NOT_MEASURABLE) for c in claims.values())  # one seed: no interval
+    assert claims["imdb_kl_ratio"].results[0].interval.estimate > 0
     assert "(1 seed)" in "\n".join(claim_markdown(1, claims["imdb_kl_ratio"]))
 
 
@@ -345,9 +440,9 @@ def test_each_tasks_frontier_is_judged_on_its_own_sweep(tmp_path):
     write_fixture(tmp_path, math_cory_gain=-0.2)  # on math, CORY's share correct is 0.2 below PPO's at every eta
     claims = claims_by_key(tmp_path)
     assert claims["pareto"].verdict == HELD and claims["pareto_math"].verdict == NOT_HELD
-    assert claims["pareto_math"].means() == {"share of PPO points dominated by CORY-LLM1": 0.0,
-                                             "share of PPO points dominated by CORY-LLM2": 0.0}
+    assert [(r.interval.estimate, r.interval.high) for r in claims["pareto_math"].results] == [(0.0, 0.0)] * 2
     assert claims["pareto_math"].figure == "fig2c_pareto_math.png" and claims["pareto"].figure == "fig2c_pareto.png"
+    assert "CORY-LLM1 η=0.1 final KL" in claims["pareto_math"].quantities
     rule = claims["pareto_math"].rule
     assert "the share of correct answers" in rule and "group `pareto_math`" in rule
     assert "the sentiment logit" in claims["pareto"].rule
@@ -369,12 +464,15 @@ def test_a_profile_without_a_sweep_still_gets_a_report_whose_frontier_claim_is_n
     report = (reports / "REPORT.md").read_text()
     assert "No Pareto sweep of task `math`: no experiment group has task math and a sweep_eta." in report
     assert "Figure: none" in report and "(fig2c_pareto_math.png)" not in report
-    assert json.loads((reports / "claims.json").read_text())["pareto_math"] == {"verdict": NOT_MEASURABLE, "means": {}}
+    entry = json.loads((reports / "claims.json").read_text())["pareto_math"]
+    assert (entry["verdict"], entry["means"], entry["effects"], entry["seeds_needed"]) == (NOT_MEASURABLE, {}, [], None)
 
 
 def test_claim_without_common_seeds_is_not_measurable():
-    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0}, "b": {1: 2.0}, "c": {}}, lambda v: v["a"] < v["b"])
-    assert claim.seeds == [] and claim.verdict == NOT_MEASURABLE
+    # one run whose two quantities share no seed: nothing to pair within the run
+    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0}, "b": {1: 2.0}, "c": {}}, {"a": "A", "b": "A"},
+                  [Effect("a - b", ("a", "b"), lambda a, b: a - b, "<", 0.0)])
+    assert claim.seeds == [0, 1] and claim.verdict == NOT_MEASURABLE and claim.results[0].seeds == {"A": 0}
     assert "n/a" in "\n".join(claim_markdown(1, claim))
 
 
@@ -383,52 +481,43 @@ def test_claim_without_common_seeds_is_not_measurable():
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def run_of(curves: dict[int, dict[str, np.ndarray]], config: dict | None = None) -> Run:
+def run_of(curves: dict[int, dict[str, np.ndarray]], config: dict | None = None, name: str = "group/run") -> Run:
     """A Run straight from curves: seed -> {history column: values over iterations}."""
     histories = {seed: pd.DataFrame({"iteration": np.arange(len(next(iter(c.values())))), **c})
                  for seed, c in curves.items()}
-    return Run("group/run", histories, config or {}, [], {seed: 1.0 for seed in curves})
-
-
-def agrees_with_its_table(claim: Claim) -> bool:
-    """The verdict as the per-seed outcomes and the outcome on the means (both printed in the report) dictate."""
-    per_seed, on_means = list(claim.holds().values()), claim.holds_on_means()
-    if all(ok is None for ok in per_seed):
-        return claim.verdict == NOT_MEASURABLE
-    if all(ok is True for ok in per_seed) and on_means:
-        return claim.verdict == HELD
-    if all(ok is False for ok in per_seed) and not on_means:
-        return claim.verdict == NOT_HELD
-    return claim.verdict == MIXED
+    return Run(name, histories, config or {}, [], {seed: 1.0 for seed in curves})
 
 
 def test_a_seed_that_cannot_be_measured_leaves_the_others_in_the_verdict():
-    # was: the mean over seeds took the NaN, so the verdict said "not measurable" beside "holds on 2/3 seeds"
+    # was: the mean over seeds took the NaN, so the verdict said "not measurable" beside numbers on 2 of 3 seeds
     claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0, 1: 2.0, 2: math.nan}, "b": {0: 0.5, 1: 0.5, 2: 0.5}},
-                  lambda v: v["a"] > v["b"])
-    assert claim.holds() == {0: True, 1: True, 2: None} and claim.measured_seeds == [0, 1]
-    assert claim.means() == {"a": 1.5, "b": 0.5} and claim.holds_on_means() is True
-    assert claim.verdict == MIXED and agrees_with_its_table(claim)
+                  {"a": "A", "b": "B"}, [Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", 0.0)])
+    result = claim.results[0]
+    assert result.seeds == {"A": 2, "B": 3} and claim.means() == {"a": 1.5, "b": 0.5}
+    assert (result.interval.estimate, result.interval.low, result.interval.high) == (1.0, 0.5, 1.5)
+    assert claim.verdict == HELD and decided_by_its_intervals(claim)
     text = "\n".join(claim_markdown(1, claim))
-    assert ("- **Verdict: mixed** (the rule holds on 2/3 seeds: 0, 1; could not be applied on seed 2 (n/a below); "
-            "holds on the means over seeds 0, 1)") in text
-    assert "| a | 1.50 ± 0.50 (2 seeds) | 0: 1.00, 1: 2.00, 2: n/a |" in text  # the mean the verdict read
+    assert "- **Verdict: held** (95% intervals; a - b: [0.5, 1.5] lies above 0)" in text
+    assert "| a - b | 1 [0.5, 1.5] | > 0 | held | A 2, B 3 |" in text
+    assert "| a | 1.50 ± 0.50 (2 seeds) | 0: 1.00, 1: 2.00, 2: n/a |" in text  # the mean the effect read
     # an infinite value (a ratio to 0) is no measurement either; on no seed at all: not measurable
-    only = Claim("k", "f.png", "paper", "rule", {"a": {0: math.inf, 1: math.nan}}, lambda v: v["a"] > 0)
-    assert only.holds() == {0: None, 1: None} and only.verdict == NOT_MEASURABLE and agrees_with_its_table(only)
-    failing = Claim("k", "f.png", "paper", "rule", {"a": {0: -1.0, 1: math.nan}}, lambda v: v["a"] > 0)
-    assert failing.verdict == MIXED  # fails where measured, unknown elsewhere: not "did not hold" on every seed
-    # no measured seed: no mean, but every value that exists is still shown in full
-    lone = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}, "b": {0: 0.012804}}, lambda v: v["a"] > v["b"])
-    assert "| b | n/a | 0: 0.01280 |" in "\n".join(claim_markdown(1, lone))
+    only = Claim("k", "f.png", "paper", "rule", {"a": {0: math.inf, 1: math.nan}}, {"a": "A"},
+                 [Effect("a", ("a",), lambda a: a, ">", 0.0)])
+    assert only.results[0].seeds == {"A": 0} and only.verdict == NOT_MEASURABLE
+    # no finite value: every value that exists is still shown
+    lone = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}, "b": {0: 0.012804}}, {"a": "A", "b": "A"},
+                 [Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", 0.0)])
+    assert "| b | 0.01280 (1 seed) | 0: 0.01280 |" in "\n".join(claim_markdown(1, lone))
 
 
-def test_every_verdict_agrees_with_its_per_seed_table(tmp_path):
+def test_every_verdict_agrees_with_its_intervals(tmp_path):
     write_fixture(tmp_path / "mixed", cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
     write_fixture(tmp_path / "short", seeds=(0, 1), iterations=2)  # late slopes of a 1-point half: n/a
     for outputs in (tmp_path / "mixed", tmp_path / "short"):
         for claim in claims_by_key(outputs).values():
-            assert agrees_with_its_table(claim), (outputs.name, claim.key, claim.holds(), claim.verdict)
+            assert decided_by_its_intervals(claim), (outputs.name, claim.key, claim.results)
+            for r in claim.results:  # the seeds-needed estimate points the way the verdict is open
+                assert math.isnan(r.seeds_needed) or r.seeds_needed >= 2
 
 
 def _math_runs(ppo_rewards: dict[int, np.ndarray]) -> dict[str, Run]:
@@ -436,7 +525,19 @@ def _math_runs(ppo_rewards: dict[int, np.ndarray]) -> dict[str, Run]:
             for s, y in ppo_rewards.items()}
     ppo = {s: {"llm1/task_reward": y, "llm1/kl": np.ones_like(y), "llm1/combined_reward": y}
            for s, y in ppo_rewards.items()}
-    return {"ppo": run_of(ppo), "cory": run_of(cory)}
+    return {"ppo": run_of(ppo, name="math/ppo"), "cory": run_of(cory, name="math/cory")}
+
+
+def peak_claim(rewards: dict[int, np.ndarray], cfg: ReportConfig) -> Claim:
+    return math_claims(_math_runs(rewards), Context(cfg))[0]
+
+
+def peaks_on(claim: Claim, seed: int, cfg: ReportConfig, length: int) -> bool:
+    """The peak-then-decline rule on one seed's numbers (the effects read their seed means)."""
+    v = {label: values[seed] for label, values in claim.quantities.items()}
+    top = v["PPO peak iteration (smoothed task reward)"]
+    return (cfg.stability_window <= top < length - cfg.last_n and v["PPO rise: peak - smoothed start"] > 0
+            and v[f"PPO fall beyond max({cfg.decline:g} x rise, batch noise)"] > 0)
 
 
 def test_rises_then_falls_needs_a_rise_before_the_peak():
@@ -444,15 +545,19 @@ def test_rises_then_falls_needs_a_rise_before_the_peak():
     falls_from_start = 1.0 - t / 60  # the peak is iteration 0: no rise at all
     early_bump = np.where(t < 3, 1.0 + 0.1 * t, 1.0 - t / 60)  # a "peak" at iteration 2, inside the first window
     rises_then_falls = np.exp(-(((t - 25) / 10) ** 2))  # up to iteration 25, then down to ~0
-    claim = math_claims(_math_runs({0: falls_from_start, 1: early_bump, 2: rises_then_falls}),
-                        ReportConfig(last_n=5, stability_window=5))[0]
+    cfg = ReportConfig(last_n=5, stability_window=5)
+    claim = peak_claim({0: falls_from_start, 1: early_bump, 2: rises_then_falls}, cfg)
     assert claim.key == "math_ppo_peak"
-    assert claim.holds() == {0: False, 1: False, 2: True} and claim.verdict == MIXED
-    values = claim.values(0)
-    assert values["PPO peak iteration (smoothed task reward)"] == 0 and values["PPO rise: peak - smoothed start"] == 0
-    assert "comes no earlier than iteration 5" in claim.rule and "rise > 0" in claim.rule
-    only_falls = math_claims(_math_runs({0: falls_from_start, 1: falls_from_start}), ReportConfig(last_n=5))[0]
+    assert [peaks_on(claim, s, cfg, 60) for s in (0, 1, 2)] == [False, False, True]
+    assert claim.verdict == INCONCLUSIVE  # one seed of three peaks: the mean peak iteration's interval is [0, 25]
+    earliest = claim.results[0]
+    assert (earliest.interval.low, earliest.interval.high, earliest.verdict) == (0.0, 25.0, INCONCLUSIVE)
+    assert claim.quantities["PPO peak iteration (smoothed task reward)"][0] == 0
+    assert claim.quantities["PPO rise: peak - smoothed start"][0] == 0
+    assert "is no earlier than iteration 5" in claim.rule and "rise > 0" in claim.rule
+    only_falls = peak_claim({0: falls_from_start, 1: falls_from_start}, ReportConfig(last_n=5))
     assert only_falls.verdict == NOT_HELD  # never rose: did not hold (it used to be held on a fall share)
+    assert [r.verdict for r in only_falls.results] == [NOT_HELD, HELD, NOT_HELD, HELD]  # falls, but from the start
 
 
 def test_a_fall_within_batch_noise_is_no_decline():
@@ -461,17 +566,19 @@ def test_a_fall_within_batch_noise_is_no_decline():
     rise = 0.1 * np.minimum(t / 10, 1.0)  # up over the first 10 iterations, then flat: no decline to find
     flat = 0.2 + rise + rng.normal(0, 0.07, t.size)  # math-like batches: 0/1 rewards of 16 problems
     declines = 0.2 + rise - 0.15 * np.clip((t - 60) / 60, 0, 1) + rng.normal(0, 0.07, t.size)
-    claim = math_claims(_math_runs({0: flat, 1: declines}), ReportConfig())[0]
-    values = claim.values(0)
+    cfg = ReportConfig()
+    claim = peak_claim({0: flat, 1: declines}, cfg)
+    values = {label: v[0] for label, v in claim.quantities.items()}
     fall, noise = values["PPO fall: peak - final value"], values["PPO fall batch noise alone reaches (0.95 quantile)"]
     assert fall >= 0.1 * values["PPO rise: peak - smoothed start"]  # the rule without the noise bound would hold
     assert fall < noise
-    assert claim.holds() == {0: False, 1: True} and claim.verdict == MIXED
-    assert "more than the fall that the run's batch noise alone reaches (the 0.95 quantile" in claim.rule
+    assert [peaks_on(claim, s, cfg, 150) for s in (0, 1)] == [False, True] and claim.verdict == INCONCLUSIVE
+    assert "and the fall that the run's batch noise alone reaches (the 0.95 quantile" in claim.rule
     # the bound is a quantile of falls that pure noise gives: about 1 in 20 flat curves passes at 0.95
     nulls = [0.2 + rng.normal(0, 0.07, t.size) for _ in range(100)]
-    held = math_claims(_math_runs(dict(enumerate([0.2 + rise + y - 0.2 for y in nulls]))), ReportConfig())[0].holds()
-    assert sum(held.values()) <= 15
+    many = peak_claim(dict(enumerate([0.2 + rise + y - 0.2 for y in nulls])), cfg)
+    assert sum(peaks_on(many, s, cfg, 150) for s in range(100)) <= 15
+    assert many.verdict == NOT_HELD  # 100 flat seeds: the mean fall beyond the noise is clearly below 0
     assert noise_fall(flat, 10, 10, quantile=0.0) < fall < noise_fall(flat, 10, 10, quantile=1.0)
 
 
@@ -514,7 +621,7 @@ def test_every_mean_std_in_the_report_has_sensible_digits(tmp_path):
         assert len(mean_decimals) == len(std_decimals), (mean, std)  # the same decimal place
         significant = std.replace(".", "").lstrip("0")
         assert len(significant) <= 2 or float(std) == 0 or "." not in std, (mean, std)
-    rows = re.findall(r"^\| [^|]+ \| (-?[\d.]+) ± [\d.]+ \(\d seeds\) \| (.*) \|$", report, re.M)
+    rows = re.findall(r"^\| [^|]+ \| (-?[\d.]+) ± [\d.]+ \(\d seeds\) \| ([^|]*) \|[^|]*\|$", report, re.M)
     assert len(rows) > 40
     for mean, per_seed in rows:  # the per-seed values have the mean's decimal places
         places = len(mean.partition(".")[2])

@@ -183,10 +183,14 @@ def seeds_needed(interval: Interval, threshold: float, n: int, confidence: float
     """Seeds per run for the interval to clear the threshold on the side of its estimate, if the spread stays as
     measured: the bootstrap standard error, corrected for the bootstrap's small-sample shrinkage (x sqrt(n / (n-1))),
     shrinks as 1/sqrt(seeds), so z x se x sqrt(n / m) < |estimate - threshold| at m = n (z se' / gap)^2. At least 2
-    (the fewest with a spread); inf where the estimate is the threshold; NaN without a spread (under 2 seeds) or
-    with an infinite one."""
+    (the fewest with a spread), and 2 where the draws do not spread at all; inf where the estimate is the threshold;
+    NaN under 2 seeds or with an infinite spread."""
     gap = abs(interval.estimate - threshold)
-    if n < 2 or not math.isfinite(interval.se) or math.isnan(gap):
+    if n < 2 or math.isnan(gap):
+        return math.nan
+    if interval.low == interval.high:  # the draws do not spread (every seed alike, or every draw infinite)
+        return 2.0
+    if not math.isfinite(interval.se):
         return math.nan
     if gap == 0:
         return math.inf
