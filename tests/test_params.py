@@ -458,6 +458,51 @@ def test_a_groups_seeds_are_checked_against_the_top_level_seeds(default, edit, m
         validate(params)
 
 
+def smollm2_group(p: dict, runs=("ppo", "cory", "cory_no_kt")) -> None:
+    """A second IMDB group of the default profile's runs (another base model in the real profile)."""
+    p["experiments"]["imdb_smollm2"] = {**copy.deepcopy(p["experiments"]["imdb"]),
+                                        "runs": {name: p["experiments"]["imdb"]["runs"][name] for name in runs}}
+    p["report"]["imdb_groups"] = ["imdb", "imdb_smollm2"]
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p["report"].update(imdb_groups=["imdb", "imdb_smol"]),
+         r"^report\.imdb_groups: no experiment group 'imdb_smol' \(known: imdb, math, pareto, pareto_math\)"),
+        (lambda p: p["report"].update(imdb_groups=["math"]),
+         r"^report\.imdb_groups: group 'math' is no IMDB group: it trains task 'math' \(reward 'math'\)"),
+        (lambda p: p["report"].update(imdb_groups=["pareto"]),
+         r"^report\.imdb_groups: group 'pareto' is no IMDB group: .* and sweeps the KL coefficient"),
+        (lambda p: smollm2_group(p, runs=("ppo", "cory_no_kt")),
+         r"^experiments\.imdb_smollm2\.runs\.cory: missing; report\.imdb_groups lists this group"),
+        # min_seeds: 3 applies where the report tests claims: the default profile's math sweep runs one seed
+        (lambda p: p["report"].update(min_seeds=3),
+         r"^experiments\.pareto_math\.seeds: group 'pareto_math' runs 1 seed\(s\) \[0\], and the report's claims "
+         r"read it: an interval over seeds needs at least report\.min_seeds = 3"),
+        (lambda p: p["report"].update(min_seeds=4), r"^seeds: group 'imdb' runs 3 seed\(s\) \[0, 1, 2\]"),
+    ],
+)
+def test_the_report_settings_are_checked_against_the_groups(default, edit, message):
+    params = copy.deepcopy(default)
+    edit(params)
+    with pytest.raises(ConfigError, match=message):
+        validate(params)
+
+
+def test_a_second_imdb_group_and_an_untested_profile_are_valid(default):
+    params = copy.deepcopy(default)
+    smollm2_group(params)
+    assert validate(params).report.imdb_groups == ("imdb", "imdb_smollm2")
+    params["report"].update(min_seeds=4, test_claims=False)  # numbers without verdicts: no floor on the seeds
+    validate(params)
+    smoke = validate(render("smoke"))
+    assert smoke.seeds == [0] and smoke.report.test_claims is False
+    with pytest.raises(ConfigError, match=r"^seeds: group 'imdb' runs 1 seed\(s\) \[0\]"):
+        validate({**render("smoke"), "report": {"min_seeds": 3}})
+    assert ReportConfig().min_seeds == 3 and validate(default).report.min_seeds == 1
+
+
 def test_params_of_a_side_experiment_without_the_reports_groups_are_valid(default):
     """scripts/variants.py writes params with one group of its own: no report is made of them."""
     params = copy.deepcopy(default)
