@@ -10,7 +10,8 @@ and is inconclusive otherwise; "not measurable" is a claim without numbers. The 
 interval and the per-seed numbers it was computed from, so every verdict can be checked by hand.
 
 Statistics work on one seed's curve (a 1-D array over iterations). "CORY" in a rule means each of LLM1 and LLM2.
-The paper's own numbers (CORY.md §4 and §7) are in PAPER_VALUES, shown beside ours and never used by a verdict.
+The paper's own numbers (its text's, and those read off its figures) are in PAPER_VALUES, shown beside ours and
+never used by a verdict.
 """
 
 from __future__ import annotations
@@ -324,10 +325,10 @@ class Claim:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The paper's numbers (CORY.md §4 and §7): beside ours in the report, never part of a verdict
+# The paper's numbers (its text's and its figures'): beside ours in the report, never part of a verdict
 # --------------------------------------------------------------------------------------------------------------------
 
-READ = "read off the figure (CORY.md §7)"
+READ = "read off the authors' figure"
 FIG3C_END = {
     "PPO start combined reward": PaperValue((0.4, 0.5), f"Fig. 3c, every run at the start, {READ}"),
     "PPO final combined reward": PaperValue(-8.7, f"Fig. 3c, PPO-GPT-2-l at iteration ~100, {READ}"),
@@ -336,16 +337,16 @@ FIG3C_END = {
     "CORY-LLM2 final combined reward": PaperValue(-1.3, f"Fig. 3c, at iteration ~100, {READ}"),
 }
 DERIVED = "derived from the Fig. 3c readings (start +0.45, the middle of +0.4..+0.5)"
-INFERRED_KL = ("CORY.md §7's order-of-magnitude inference from Fig. 3c's combined reward (task reward ~2.5, "
-               "η ≈ 0.3-0.4), not a stated number")
-PASSK_READ = "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the figure (CORY.md §7)"
+INFERRED_KL = ("an order-of-magnitude inference from Fig. 3c's combined reward (task reward ~2.5, η ≈ 0.3-0.4), "
+               "not a number the paper states")
+PASSK_READ = "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the authors' figure"
 PAPER_PASSK = {"base": (0.123, 0.206, 0.265, 0.300, 0.331), "PPO": (0.145, 0.222, 0.279, 0.317, 0.344),
                "CORY": (0.179, 0.260, 0.315, 0.358, 0.387)}
 ABLATION_READ = f"Fig. 6c, combined reward at iteration ~101, {READ}"
 
 PAPER_VALUES: dict[str, dict[str, PaperValue]] = {
     "imdb_similar_reward": {
-        f"{who} final task reward": PaperValue(2.5, "Fig. 3a, 'about 2.5 for every method' (CORY.md §7)")
+        f"{who} final task reward": PaperValue(2.5, f"Fig. 3a, about 2.5 for every method, {READ}")
         for who in ("PPO", "CORY-LLM1", "CORY-LLM2")},
     "imdb_kl_ratio": {
         **{f"mean final KL of PPO / CORY-{x}": PaperValue(2.0, "§4, Fig. 3b: 'more than 2x' (a lower bound)")
@@ -362,8 +363,8 @@ PAPER_VALUES: dict[str, dict[str, PaperValue]] = {
         "PPO-2x fall (start - final)": PaperValue(9.95, DERIVED),
         "CORY-LLM1 fall (start - final)": PaperValue(1.55, DERIVED),
         "CORY-LLM2 fall (start - final)": PaperValue(1.75, DERIVED),
-        "PPO's fall / CORY-LLM1's fall": PaperValue(5.9, f"{DERIVED}; §7 says 'about 7x' (the end values' ratio)"),
-        "PPO's fall / CORY-LLM2's fall": PaperValue(5.2, f"{DERIVED}; §7 says 'about 7x' (the end values' ratio)"),
+        "PPO's fall / CORY-LLM1's fall": PaperValue(5.9, f"{DERIVED}; about 7x as the end values' ratio"),
+        "PPO's fall / CORY-LLM2's fall": PaperValue(5.2, f"{DERIVED}; about 7x as the end values' ratio"),
     },
     "imdb_collapse": {
         "PPO final KL": PaperValue((28.0, 37.0), f"PPO-GPT-2-l at iteration 100: {INFERRED_KL}"),
@@ -514,7 +515,7 @@ def figure_of(ctx: Context, name: str) -> str:
 
 def imdb_claims(imdb: dict[str, Run], ctx: Context) -> list[Claim]:
     """Fig. 3 on one IMDB group: PPO, CORY, and the 2x-parameter PPO model where the group has it; and whether PPO
-    collapses where CORY does not (CORY.md §7)."""
+    collapses where CORY does not."""
     cfg, fig = ctx.cfg, figure_of(ctx, "fig3_imdb.png")
     w, tol = cfg.stability_window, cfg.tolerance
     ppo, cory, ppo2x = imdb["ppo"], imdb["cory"], imdb.get("ppo_2x")
@@ -595,7 +596,7 @@ def _zip(a: PerSeed, b: PerSeed) -> dict:
 
 
 def combined_fall_claim(ppo: Run, cory: Run, ppo2x: Run | None, ctx: Context) -> Claim:
-    """CORY.md §7's reading of Fig. 3c on IMDB: both combined rewards fall, CORY's several times less than PPO's."""
+    """Fig. 3c on IMDB as its curves read: both combined rewards fall, CORY's several times less than PPO's."""
     cfg = ctx.cfg
     n = cfg.last_n
     t = Table()
@@ -614,7 +615,7 @@ def combined_fall_claim(ppo: Run, cory: Run, ppo2x: Run | None, ctx: Context) ->
     runs = {"PPO": ppo, "CORY": cory} | ({"PPO-2x": ppo2x} if ppo2x is not None else {})
     return ctx.claim(
         "imdb_combined_fall", figure_of(ctx, "fig3_imdb.png"),
-        "CORY's combined reward falls several times less than PPO's (Fig. 3c as read in CORY.md §7: ~7x less).",
+        "CORY's combined reward falls several times less than PPO's (Fig. 3c: about 7x less, read off the figure).",
         f"fall of the {COMBINED} ({eta_text(runs)}) = mean over the first {n} iterations - mean over the last {n} "
         f"(the final value); mean fall of PPO / mean fall of CORY-LLMx > {cfg.fall_ratio:g}, for LLM1 and LLM2 (a "
         "CORY whose combined reward does not fall at all, while PPO's does, passes; PPO-2x is shown, not tested).",
@@ -622,7 +623,7 @@ def combined_fall_claim(ppo: Run, cory: Run, ppo2x: Run | None, ctx: Context) ->
 
 
 def collapse_claim(ppo: Run, cory: Run, ctx: Context) -> Claim:
-    """CORY.md §7: the paper's IMDB result lives where single-agent PPO collapses (KL in the tens) and CORY does
+    """The paper's IMDB result lives where single-agent PPO collapses (KL in the tens) and CORY does
     not. A seed collapses when its final KL exceeds report.collapse_kl; the effect is the difference of collapse
     rates, with an exact interval (a bootstrap of the rates of 3 seeds that agree would be a point)."""
     cfg = ctx.cfg
@@ -650,7 +651,7 @@ def collapse_claim(ppo: Run, cory: Run, ctx: Context) -> Claim:
                               lambda a, b: a - b, ">", 0.0) for x in LLMS]
     return ctx.claim(
         "imdb_collapse", figure_of(ctx, "fig3_imdb.png"),
-        "Single-agent PPO collapses on IMDB while CORY does not (Fig. 3, as read in CORY.md §7).",
+        "Single-agent PPO collapses on IMDB while CORY does not (Fig. 3: PPO's KL in the tens by iteration 100).",
         f"a seed collapses when its final KL (mean over the last {cfg.last_n} iterations) exceeds {limit:g} "
         "(report.collapse_kl); collapse rate of PPO - collapse rate of CORY-LLMx > 0, for LLM1 and LLM2. The interval "
         "of the difference is exact: where a one-sided exact unconditional test of the rate difference stops "

@@ -339,7 +339,7 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     assert "| mean final KL of PPO / CORY-LLM1 | 2.966 [2.889, 3.044] | > 2 | held | 3 per run | 2 | bootstrap | 2 |" \
         in report  # the paper's "more than 2x" beside ours
     assert "| pass@1 PPO | 0.1212 ± 0.0010 (3 seeds) | 0: 0.1200, 1: 0.1212, 2: 0.1224 | 0.145 |" in report
-    assert "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the figure (CORY.md §7)" in report
+    assert "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the authors' figure" in report
     assert "No rerun to compare with: reports/fixture/rerun/claims.json does not exist." in report
     assert "| `ppo.batch_size` | 128 \\| not 256: time |" in report
     assert "| **total** | 360.5 |" in report and "29,000,000" in report and "ppo.init_kl_coef" in report
@@ -366,7 +366,7 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     assert summary["imdb_combined_fall"]["effects"][0]["estimate"] == "inf"  # CORY's combined reward rises here
 
 
-PAPER_PASSK_SOURCE = "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the figure (CORY.md §7)"
+PAPER_PASSK_SOURCE = "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the authors' figure"
 
 
 def test_kl_ratio_verdict_follows_the_fixture_numbers(tmp_path):
@@ -717,7 +717,7 @@ def test_combined_reward_falls_less_for_cory_as_the_paper_reads_it():
     assert claim.verdict == HELD and claim.paper_values["PPO's fall / CORY-LLM1's fall"].value == 5.9
     assert "mean fall of PPO / mean fall of CORY-LLMx > 2" in claim.rule
     text = "\n".join(claim_markdown(1, claim))
-    assert "| PPO final combined reward |" in text and "| -8.7 |" in text and "CORY.md §7" in text
+    assert "| PPO final combined reward |" in text and "| -8.7 |" in text and "PPO-GPT-2-l at iteration ~100" in text
 
 
 def test_each_imdb_group_gets_its_own_claims(tmp_path):

@@ -388,10 +388,12 @@ def verdict_rule(cfg: ReportConfig) -> str:
         "(e.g. no sweep of that task). With 3 seeds the 95% interval of one run's mean is the range of its seeds, so "
         "a held verdict then needs every seed on the claim's side. *Seeds needed* estimates, from the measured "
         "spread (the bootstrap standard error, shrinking as 1/sqrt(seeds)), how many seeds per run the interval "
-        "needs to clear the threshold on the side of its estimate. Each claim's tables give its effects, the mean "
+        "needs to clear the threshold on the side of its estimate; on a held claim it can exceed the seeds used, "
+        "since 3 seeds' interval cannot be wider than their range: that verdict then rests on too few seeds. Each "
+        "claim's tables give its effects, the mean "
         "± std over seeds of every quantity (the std to 2 significant digits, the mean and per-seed values to the "
         "same decimal place), every seed's value (n/a: could not be computed) and, where the paper states or "
-        "draws one, the paper's number (CORY.md §4 and §7), which no verdict reads."
+        "draws one, the paper's number (stated in its text or read off its figures), which no verdict reads."
     )
 
 
