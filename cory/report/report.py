@@ -487,7 +487,7 @@ def effects_table(claim: Claim) -> list[str]:
     conf = f"{claim.bootstrap.confidence:.0%}"
     rows = [[r.label, interval_text(r), f"{r.op} {effect_number(r.threshold)}",
              r.verdict if claim.tested else NOT_TESTED, seeds_text(r.seeds), needed_text(r.seeds_needed),
-             "bootstrap" if r.method == "bootstrap" else "exact (Clopper-Pearson)",
+             r.method,
              paper_text(claim.paper_values.get(r.label))] for r in claim.results]
     return _table(["effect", f"ours: at the seed means [{conf} interval]", "claim", "verdict", "seeds",
                    "seeds needed", "interval", "paper"], rows)
