@@ -789,7 +789,8 @@ def passk_claim(results: dict, ctx: Context) -> Claim:
         return np.min([np.subtract(v[i], np.maximum(v[n + i], v[2 * n + i])) for i in range(n)], axis=0)
 
     effects = [Effect(f"{PASSK_NAMES[m]}: min over k of pass@k - max(PPO's, base's)",
-                      (*labels[m], *labels["ppo"], *labels["base"]), margin, ">", 0.0) for m in ("cory_llm1", "cory_llm2")]
+                      (*labels[m], *labels["ppo"], *labels["base"]), margin, ">", 0.0)
+               for m in ("cory_llm1", "cory_llm2")]
     return ctx.claim(
         "passk", "fig5_passk.png",
         "CORY beats PPO and the base model at every k of pass@k on the test problems (Fig. 5; paper: pass@1 = 18%).",
@@ -817,8 +818,8 @@ def ablation_claims(imdb: dict[str, Run], ctx: Context) -> list[Claim]:
             [difference(f"w/o KT - CORY {x} final KL", kl["w/o KT", x], kl["CORY", x]) for x in LLMS]))
 
         t = Table()
-        dd = {(name, x): t.add(f"{name} {x} max drawdown of task reward", run, drawdown(run, _key(x, "task_reward"), cfg))
-              for x in LLMS for name, run in both}
+        dd = {(name, x): t.add(f"{name} {x} max drawdown of task reward", run,
+                               drawdown(run, _key(x, "task_reward"), cfg)) for x in LLMS for name, run in both}
         claims.append(ctx.claim(
             "no_kt_unstable", fig, "Without knowledge transfer, the task reward is unstable (Fig. 6).",
             f"max drawdown of the task reward smoothed over {cfg.stability_window} iterations, seed means: CORY w/o "

@@ -41,7 +41,7 @@ from cory.report.report import (
     time_table,
     write_report,
 )
-from cory.report.stats import SIDES, combine, side
+from cory.report.stats import combine, side
 from cory.results import Run, load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
@@ -294,7 +294,8 @@ def test_claim_broadcasts_an_unseeded_model_and_reports_nan_as_not_measurable():
     nan = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}}, {"a": "A"},
                 [Effect("a", ("a",), lambda a: a, ">", 0.0)])
     assert nan.verdict == NOT_MEASURABLE
-    one = Claim("k", "f.png", "paper", "rule", {"a": {0: 3.0}}, {"a": "A"}, [Effect("a", ("a",), lambda a: a, ">", 0.0)])
+    one = Claim("k", "f.png", "paper", "rule", {"a": {0: 3.0}}, {"a": "A"},
+                [Effect("a", ("a",), lambda a: a, ">", 0.0)])
     assert one.verdict == INCONCLUSIVE and math.isnan(one.seeds_needed)  # one seed: no interval, no spread
     assert "no interval (a run with fewer than 2 seeds)" in "\n".join(claim_markdown(1, one))
 
@@ -777,7 +778,8 @@ def test_a_rerun_is_compared_claim_by_claim(tmp_path):
     assert (f"This run's verdicts against those of reports/fixture/rerun/claims.json: {len(ours) - 1} of "
             f"{len(ours) + 1} claims agree.") in report
     row = next(line for line in report.splitlines() if line.startswith("| `imdb_kl_ratio` |"))
-    assert row.startswith("| `imdb_kl_ratio` | inconclusive | held | **no** | mean final KL of PPO / CORY-LLM1: 2.214 [1.464, 3.044];")
+    assert row.startswith("| `imdb_kl_ratio` | inconclusive | held | **no** | "
+                          "mean final KL of PPO / CORY-LLM1: 2.214 [1.464, 3.044];")
     assert "mean final KL of PPO / CORY-LLM1: inconclusive here, held there (threshold > 2)" in row
     assert "[2.1, 3]" in row
     rows = {r[0]: r for r in rerun_rows(ours, theirs)}
