@@ -98,6 +98,18 @@ def check_report_inputs(jobs: dict[str, list], models: dict[str, str],
         raise ConfigError(f"evaluation.models: needs {', '.join(missing)} (Fig. 5 draws {', '.join(PASSK_MODELS)})")
 
 
+IMDB_REQUIRED = ("ppo", "cory")
+"""The runs every IMDB group of report.imdb_groups needs; the claims of any other run it lacks are skipped."""
+
+
+def check_imdb_group(group: str, jobs: list) -> None:
+    """An IMDB group the claims are made for (report.imdb_groups) has runs ppo and cory, and each run of
+    EXPECTED_RUNS["imdb"] it has trains the algorithm its name says."""
+    algorithms = {job.run: job.algorithm for job in jobs}
+    names = tuple(dict.fromkeys((*IMDB_REQUIRED, *(n for n in EXPECTED_RUNS["imdb"] if n in algorithms))))
+    _check_algorithms(group, algorithms, names, "report.imdb_groups lists this group, whose claims read it")
+
+
 @dataclass
 class Run:
     """One run over its seeds: each seed's history (rows = iterations), the resolved config, samples, wall times."""
@@ -185,7 +197,7 @@ class Inputs:
     """Everything the report reads, loaded and checked up front."""
 
     runs: dict[str, dict[str, Run]]
-    """group -> run name -> Run (the EXPECTED_RUNS)."""
+    """group -> run name -> Run (the EXPECTED_RUNS, and the runs of each further IMDB group: `expected_runs`)."""
     sweeps: dict[str, Sweep]
     """task -> its KL-coefficient sweep, for the tasks of SWEEP_TASKS that params sweep (Fig. 2c)."""
     passk: dict
@@ -207,10 +219,21 @@ def _json_folder(path: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}
 
 
-def load_inputs(outputs: Path, experiments: dict[str, ExperimentConfig], seeds: list[int] | None = None) -> Inputs:
+def expected_runs(group: str, experiments: dict[str, ExperimentConfig]) -> tuple[str, ...]:
+    """The runs the report reads of a group: those of EXPECTED_RUNS for its groups; for another IMDB group of
+    report.imdb_groups, the runs of EXPECTED_RUNS["imdb"] its params list (ppo and cory at least:
+    `check_imdb_group`)."""
+    if group in EXPECTED_RUNS:
+        return EXPECTED_RUNS[group]
+    return tuple(name for name in EXPECTED_RUNS["imdb"] if name in experiments[group].runs)
+
+
+def load_inputs(outputs: Path, experiments: dict[str, ExperimentConfig], seeds: list[int] | None = None,
+                imdb_groups: tuple[str, ...] = ()) -> Inputs:
     """Read outputs/<profile>/ (see the module docstring). `experiments` (params) say which groups sweep a task's KL
     coefficient and which seeds a group with its own `seeds` ran; `seeds` (the top-level seeds) are every other
-    group's, None taking every seed folder of each run."""
+    group's, None taking every seed folder of each run. `imdb_groups` (report.imdb_groups) adds the IMDB groups the
+    claims are made for besides `imdb`, with the runs of EXPECTED_RUNS["imdb"] each has."""
     runs_dir = outputs / "runs"
 
     def seeds_of(group: str) -> list[int] | None:  # validation made a group's own seeds a subset of `seeds`
@@ -218,9 +241,9 @@ def load_inputs(outputs: Path, experiments: dict[str, ExperimentConfig], seeds: 
         return exp.seeds if exp is not None and exp.seeds is not None else seeds
 
     runs = {}
-    for group, names in EXPECTED_RUNS.items():
+    for group in dict.fromkeys((*EXPECTED_RUNS, *imdb_groups)):
         folder = _group_dir(runs_dir, group)
-        runs[group] = {name: load_run(folder / name, seeds_of(group)) for name in names}
+        runs[group] = {name: load_run(folder / name, seeds_of(group)) for name in expected_runs(group, experiments)}
     sweeps = {}
     for task, group in sweep_groups(experiments).items():
         if task not in SWEEP_TASKS:

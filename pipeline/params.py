@@ -24,7 +24,7 @@ from typing import Any, Literal
 from cory.config import ConfigError, TrainConfig, check, from_dict, merge, section_path
 from cory.data import IMDBDataConfig
 from cory.experiments import ExperimentConfig, TaskConfig, expand_jobs
-from cory.results import check_report_inputs
+from cory.results import EXPECTED_RUNS, check_imdb_group, check_report_inputs, sweep_groups
 from cory.settings import ClassifierConfig, EvalConfig, LMConfig, MathDataConfig, PretrainConfig, ReportConfig
 
 SCRATCH = "scratch"
@@ -441,6 +441,33 @@ def evaluation_seeds(params: dict) -> list[int]:
     return list(params["seeds"])
 
 
+def check_report_settings(tree: Params, jobs: dict[str, list]) -> None:
+    """report.imdb_groups names IMDB groups with the runs their claims read, and where the report tests claims
+    (report.test_claims), every group the claims read runs at least report.min_seeds seeds: with fewer, no interval
+    over seeds can decide a claim. Params without the report's groups are not checked (see check_report_inputs)."""
+    report = tree.report
+    if not any(group in jobs for group in EXPECTED_RUNS):
+        return
+    for group in report.imdb_groups:
+        check(group in tree.experiments, "report.imdb_groups",
+              f"no experiment group {group!r} (known: {', '.join(tree.experiments)})")
+        exp = tree.experiments[group]
+        reward = tree.tasks[exp.task].reward
+        check(reward == "sentiment" and not exp.sweep_eta, "report.imdb_groups",
+              f"group {group!r} is no IMDB group: it trains task {exp.task!r} (reward {reward!r})"
+              + (" and sweeps the KL coefficient (sweep_eta)" if exp.sweep_eta else ""))
+        check_imdb_group(group, jobs[group])
+    if not report.test_claims:
+        return
+    for group in dict.fromkeys((*report.imdb_groups, "math", *sweep_groups(tree.experiments).values())):
+        exp = tree.experiments[group]
+        seeds = exp.seeds_of(tree.seeds)
+        check(len(seeds) >= report.min_seeds, f"experiments.{group}.seeds" if exp.seeds is not None else "seeds",
+              f"group {group!r} runs {len(seeds)} seed(s) {seeds}, and the report's claims read it: an interval over "
+              f"seeds needs at least report.min_seeds = {report.min_seeds} (or set report.test_claims: false to "
+              "report the numbers without verdicts)")
+
+
 def validate(params: dict) -> Params:
     """The typed tree; one ConfigError naming the first wrong setting if any."""
     if not isinstance(params, dict):
@@ -458,6 +485,7 @@ def validate(params: dict) -> Params:
     jobs = check_experiments(tree, raw)
     check_evaluation(tree, jobs)
     check_report_inputs(jobs, tree.evaluation.models, tree.experiments)
+    check_report_settings(tree, jobs)
     return tree
 
 

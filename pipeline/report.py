@@ -5,7 +5,7 @@
 Reads params `report` (cory.settings.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile`,
 `seeds` and `experiments` (which group sweeps each task's KL coefficient, and a group's own seeds), and every run
 of outputs/<profile>/runs/, eval/passk.json and metrics/ (and profiles/notes/<profile>.md, the maintainers' notes on
-the run, if it exists); writes reports/<profile>/ (see cory.report.write_report) and DVC's views of the results, outputs/<profile>/metrics/headline.json and
+the run, if it exists); writes reports/<profile>/ (see cory.report.report.write_report) and DVC's views of the results, outputs/<profile>/metrics/headline.json and
 metrics/curves/ (cory.views). A missing run folder, seed folder or input file stops the stage with one line naming
 it, before any figure is drawn.
 First it logs to MLflow every run that DVC restored from its cache instead of running it (cory.tracking.sync_runs):
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from cory.config import from_dict
 from cory.experiments import ExperimentConfig
-from cory.report import ReportConfig, write_report
+from cory.report.report import ReportConfig, write_report
 from cory.results import load_inputs
 from cory.tracking import log_pipeline_run, sync_runs
 from cory.views import write_views
@@ -40,7 +40,7 @@ def main() -> None:
             print(f"report: {len(logged)} run(s) restored by DVC now listed in MLflow")
         notes = ROOT / "profiles" / "notes" / f"{name}.md"  # maintainers' words on this run, if any
         claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, experiments, seeds(params), name,
-                              notes.read_text() if notes.is_file() else None)
+                              notes.read_text() if notes.is_file() else None, ROOT)
         # DVC's views (cory.views): headline.json (`dvc metrics`) and the curve tables (`dvc plots`), git-tracked
         write_views(load_inputs(out_dir(params), experiments, seeds(params)), out_dir(params, "metrics"), cfg.last_n)
         log_pipeline_run(name, out_dir(params, "runs"), out_dir(params, "eval", "passk.json"), ROOT / "reports" / name)

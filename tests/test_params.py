@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from cory.config import ConfigError, CORYConfig, PPOConfig, TrainConfig, from_dict
-from cory.report import ReportConfig
+from cory.report.report import ReportConfig
 from pipeline.common import ROOT, load_params, section
 from pipeline.params import EvaluateConfig, Params, deviations, validate
 from pipeline.profile import render
@@ -430,20 +430,21 @@ def test_the_math_sweep_trains_as_the_math_group_does_at_a_fixed_eta(name):
         expected.pop(probe, None)
     sweep = copy.deepcopy(experiments["pareto_math"]["train"])
     assert sweep.pop("probe_every", 0) == 0
+    assert sweep.pop("iterations") <= expected.pop("iterations")  # final values after convergence
     assert sweep == expected
     assert experiments["pareto_math"]["task"] == "math" and experiments["pareto_math"]["save_models"] is False
     assert set(experiments["pareto_math"]["runs"]) == {"ppo", "cory"}
 
 
 def test_the_default_profile_spends_its_seeds_on_the_imdb_groups(default):
-    """5 seeds for the scratch IMDB group (the top-level seeds), 4 for SmolLM2's, 3 for math and the IMDB sweep, 1 for
-    the math sweep (its verdict can only be inconclusive): the seed budget of one 15-minute GPU repro."""
+    """5 seeds for the scratch IMDB group (the top-level seeds), 4 for SmolLM2's, 3 for math and the sweeps (the
+    report's floor, report.min_seeds): the seed budget of one 15-minute GPU repro."""
     tree = validate(default)
     assert tree.seeds == [0, 1, 2, 3, 4] and tree.experiments["imdb"].seeds is None
     assert tree.experiments["imdb_smollm2"].seeds == [0, 1, 2, 3]
     assert tree.experiments["math"].seeds == tree.experiments["pareto"].seeds == [0, 1, 2]
     sweep = tree.experiments["pareto_math"]
-    assert sweep.seeds == [0] and sweep.sweep_eta == [0.01, 0.3]
+    assert sweep.seeds == [0, 1, 2] and sweep.sweep_eta == [0.01, 0.3] and tree.report.min_seeds == 3
     for group in ("math", "pareto_math"):  # one micro-batch of 128 (diagnostics.sh math-microbatch): 12 math runs at
         ppo = default["experiments"][group]["train"]["ppo"]  # once fit one H100 with the corpus vocabulary
         assert (ppo["mini_batch_size"], ppo["gradient_accumulation_steps"], ppo["forward_batch_size"]) == (128, 1, 128)
@@ -475,6 +476,51 @@ def test_a_groups_seeds_are_checked_against_the_top_level_seeds(default, edit, m
     edit(params)
     with pytest.raises(ConfigError, match=message):
         validate(params)
+
+
+def smollm2_runs(p: dict, runs: tuple[str, ...]) -> None:
+    """The default profile's SmolLM2 group with only `runs` of the scratch group's (on its own base model)."""
+    imdb = p["experiments"]["imdb"]["runs"]
+    p["experiments"]["imdb_smollm2"]["runs"] = {name: {**imdb[name], "model": "smollm2"} for name in runs}
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p["report"].update(imdb_groups=["imdb", "imdb_smol"]),
+         r"^report\.imdb_groups: no experiment group 'imdb_smol' \(known: imdb, imdb_smollm2, math, pareto, pareto_math\)"),
+        (lambda p: p["report"].update(imdb_groups=["math"]),
+         r"^report\.imdb_groups: group 'math' is no IMDB group: it trains task 'math' \(reward 'math'\)"),
+        (lambda p: p["report"].update(imdb_groups=["pareto"]),
+         r"^report\.imdb_groups: group 'pareto' is no IMDB group: .* and sweeps the KL coefficient"),
+        (lambda p: smollm2_runs(p, ("ppo", "cory_no_kt")),
+         r"^experiments\.imdb_smollm2\.runs\.cory: missing; report\.imdb_groups lists this group"),
+        # min_seeds applies where the report tests claims
+        (lambda p: p["experiments"]["pareto_math"].update(seeds=[0]),
+         r"^experiments\.pareto_math\.seeds: group 'pareto_math' runs 1 seed\(s\) \[0\], and the report's claims "
+         r"read it: an interval over seeds needs at least report\.min_seeds = 3"),
+        (lambda p: p["report"].update(min_seeds=6), r"^seeds: group 'imdb' runs 5 seed\(s\) \[0, 1, 2, 3, 4\]"),
+    ],
+)
+def test_the_report_settings_are_checked_against_the_groups(default, edit, message):
+    params = copy.deepcopy(default)
+    edit(params)
+    with pytest.raises(ConfigError, match=message):
+        validate(params)
+
+
+def test_a_second_imdb_group_and_an_untested_profile_are_valid(default):
+    params = copy.deepcopy(default)
+    assert validate(params).report.imdb_groups == ("imdb", "imdb_smollm2")
+    smollm2_runs(params, ("ppo", "cory", "cory_no_kt"))  # a group with some of the ablations is read as far as it goes
+    validate(params)
+    params["report"].update(min_seeds=6, test_claims=False)  # numbers without verdicts: no floor on the seeds
+    validate(params)
+    smoke = validate(render("smoke"))
+    assert smoke.seeds == [0] and smoke.report.test_claims is False
+    with pytest.raises(ConfigError, match=r"^seeds: group 'imdb' runs 1 seed\(s\) \[0\]"):
+        validate({**render("smoke"), "report": {"min_seeds": 3}})
+    assert ReportConfig().min_seeds == validate(default).report.min_seeds == 3
 
 
 def test_params_of_a_side_experiment_without_the_reports_groups_are_valid(default):

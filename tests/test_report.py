@@ -9,10 +9,12 @@ import pytest
 
 from cory.claims import (
     HELD,
-    MIXED,
+    INCONCLUSIVE,
     NOT_HELD,
     NOT_MEASURABLE,
+    NOT_TESTED,
     Claim,
+    Effect,
     build_claims,
     combined_eta,
     curve_gap,
@@ -23,12 +25,23 @@ from cory.claims import (
     noise_fall,
     peak,
     reach_iteration,
-    verdict,
 )
 from cory.config import ConfigError, from_dict
 from cory.experiments import ExperimentConfig
 from cory.metrics import MetricsWriter, glossary_markdown
-from cory.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, time_table, write_report
+from cory.claims import Context, RateDifference, combined_fall_claim, fall_factor
+from cory.report.report import (
+    ReportConfig,
+    claim_markdown,
+    decimals,
+    fixed,
+    mean_std,
+    rerun_rows,
+    summary_json,
+    time_table,
+    write_report,
+)
+from cory.report.stats import combine, side
 from cory.results import Run, load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
@@ -86,14 +99,16 @@ def _write_run(run_dir, identities, iterations, seed, coef=1.0, swap_every=None,
 SWEEP_ETAS = (0.01, 0.1, 0.3)
 
 
-def fixture_experiments(seeds=(0, 1, 2), sweeps=("imdb", "math"), math_sweep_seeds=None) -> dict:
+def fixture_experiments(seeds=(0, 1, 2), sweeps=("imdb", "math"), math_sweep_seeds=None, extra_imdb=None) -> dict:
     """The `experiments` params of the fixture tree (as params.yaml writes them): the report's groups, and a
     KL-coefficient sweep of each task in `sweeps`; the math sweep runs the first two seeds only (a group's own
-    `seeds`), unless `math_sweep_seeds` says otherwise."""
+    `seeds`), unless `math_sweep_seeds` says otherwise. `extra_imdb` is {group: its runs} of further IMDB groups."""
     runs = {"ppo": {"train": {"cory": {"n_agents": 1}}}, "cory": {}}
     experiments = {"imdb": {"task": "imdb", "runs": {name: {} for name in ("ppo", "ppo_2x", "cory", "cory_no_kt",
                                                                          "cory_no_rex", "cory_competitive")}},
                    "math": {"task": "math", "runs": runs}}
+    for group, names in (extra_imdb or {}).items():
+        experiments[group] = {"task": "imdb", "runs": {name: {} for name in names}}
     if "imdb" in sweeps:
         experiments["pareto"] = {"task": "imdb", "sweep_eta": list(SWEEP_ETAS), "runs": runs}
     if "math" in sweeps:
@@ -111,10 +126,10 @@ def fixture_seeds(outputs) -> tuple[int, ...]:
     return tuple(sorted(int(p.name[4:]) for p in (outputs / "runs" / "imdb" / "ppo").glob("seed*")))
 
 
-def load_fixture(outputs, seeds=None, **options):
+def load_fixture(outputs, seeds=None, imdb_groups=(), **options):
     """load_inputs on a fixture tree with its params (`options`: fixture_experiments')."""
     raw = fixture_experiments(**{"seeds": fixture_seeds(outputs), **options})
-    return load_inputs(outputs, experiments_of(raw), seeds)
+    return load_inputs(outputs, experiments_of(raw), seeds, imdb_groups)
 
 
 def write_fixture(outputs, seeds=(0, 1, 2), iterations=30, cory_kl=5.0, skip=(), math_cory_gain=0.1):
@@ -186,7 +201,21 @@ def write(path, obj):
 def claims_by_key(outputs, seeds=None, experiments=None, **cfg):
     """The claims computed from a fixture tree, without drawing (figures are checked in two tests only: slow);
     `experiments`: fixture_experiments' options."""
-    return {c.key: c for c in build_claims(load_fixture(outputs, seeds, **(experiments or {})), ReportConfig(**cfg))}
+    groups = cfg.get("imdb_groups", ())
+    inputs = load_fixture(outputs, seeds, groups, **(experiments or {}))
+    return {c.key: c for c in build_claims(inputs, ReportConfig(**cfg))}
+
+
+def copy_imdb_group(outputs, group, runs):
+    """A second IMDB group in a fixture tree: copies of the `imdb` group's `runs`."""
+    for name in runs:
+        shutil.copytree(outputs / "runs" / "imdb" / name, outputs / "runs" / group / name)
+
+
+def decided_by_its_intervals(claim: Claim) -> bool:
+    """The verdict as the printed intervals and thresholds dictate (each sub-condition, then their combination)."""
+    ok = all(r.verdict == side(r.interval, r.op, r.threshold) for r in claim.results)
+    return ok and claim.measured_verdict == combine([r.verdict for r in claim.results])
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -213,25 +242,62 @@ def test_curve_statistics_by_hand():
     assert dominated_share([(1.0, 5.0), (2.0, 9.0)], [(1.5, 4.0)]) == 0.5
 
 
-def test_verdict_rule():
-    assert verdict(True, [True, True, True]) == HELD
-    assert verdict(False, [False, False]) == NOT_HELD
-    assert verdict(True, [True, False]) == MIXED
-    assert verdict(False, [True, False]) == MIXED
-    # a seed the rule could not be applied to (None) leaves neither "held" nor "did not hold"
-    assert verdict(True, [True, True, None]) == MIXED
-    assert verdict(False, [False, None]) == MIXED
-    assert verdict(None, [None, None]) == NOT_MEASURABLE
-    assert verdict(None, []) == NOT_MEASURABLE
+def test_fall_factor_by_hand():
+    assert fall_factor(9.0, 1.5) == 6.0  # PPO's combined reward fell 6 times as much as CORY's
+    assert fall_factor(-1.0, 2.0) == -0.5  # PPO's rose while CORY's fell
+    assert fall_factor(2.0, -1.0) == math.inf  # CORY's did not fall at all, PPO's did
+    assert fall_factor(-1.0, -1.0) == 0.0  # neither fell: PPO's fall is no larger than CORY's
+    np.testing.assert_array_equal(fall_factor(np.array([9.0, 2.0]), np.array([1.5, 0.0])), [6.0, np.inf])
+
+
+def two_runs(a: dict, b: dict, effects, tested=True) -> Claim:
+    """A claim on quantity a of run A and b of run B (independent runs)."""
+    return Claim("k", "f.png", "paper", "rule", {"a": a, "b": b}, {"a": "A", "b": "B"}, effects, tested=tested)
+
+
+def test_sub_conditions_combine_into_the_claims_verdict():
+    clear = Effect("a above 1", ("a",), lambda a: a, ">", 1.0)
+    straddles = Effect("b above 1", ("b",), lambda b: b, ">", 1.0)
+    fails = Effect("b above 5", ("b",), lambda b: b, ">", 5.0)
+    a, b = {0: 2.0, 1: 2.5, 2: 3.0}, {0: 0.5, 1: 1.5, 2: 2.5}
+    assert two_runs(a, b, [clear]).verdict == HELD
+    assert two_runs(a, b, [clear, straddles]).verdict == INCONCLUSIVE
+    assert two_runs(a, b, [clear, straddles, fails]).verdict == NOT_HELD
+    claim = two_runs(a, b, [clear, straddles, fails], tested=False)
+    assert claim.verdict == NOT_TESTED and claim.measured_verdict == NOT_HELD
+    assert [r.verdict for r in claim.results] == [HELD, INCONCLUSIVE, NOT_HELD] and decided_by_its_intervals(claim)
+    # seeds needed: with a sub-condition on the wrong side, the fewest that one needs decides the claim
+    assert two_runs(a, b, [clear, fails]).seeds_needed == claim.results[2].seeds_needed
+    assert two_runs(a, b, [clear, straddles]).seeds_needed == max(claim.results[0].seeds_needed,
+                                                                  claim.results[1].seeds_needed)
+
+
+def test_runs_of_different_algorithms_are_not_paired_by_seed():
+    # A and B alike seed by seed: paired, a - b would be 0 in every draw; as independent runs, a 0 against a 10
+    # comes in 1 draw of 16
+    values = {0: 0.0, 1: 10.0}
+    diff = Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", -1.0)
+    apart = two_runs(values, dict(values), [diff]).results[0]
+    assert apart.interval.estimate == 0 and apart.interval.low == -10 and apart.interval.high == 10
+    same = Claim("k", "f.png", "paper", "rule", {"a": values, "b": dict(values)}, {"a": "A", "b": "A"}, [diff])
+    assert (same.results[0].interval.low, same.results[0].interval.high) == (0.0, 0.0)
+    assert same.verdict == HELD and apart.verdict == INCONCLUSIVE
 
 
 def test_claim_broadcasts_an_unseeded_model_and_reports_nan_as_not_measurable():
-    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 2.0, 1: 0.5}, "base": {None: 1.0}},
-                  lambda v: v["a"] > v["base"])
-    assert claim.seeds == [0, 1] and claim.holds() == {0: True, 1: False}
-    assert claim.means() == {"a": 1.25, "base": 1.0} and claim.verdict == MIXED
-    nan = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}}, lambda v: v["a"] > 0)
+    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 2.0, 1: 0.5}, "base": {None: 1.0}}, {"a": "A"},
+                  [Effect("a - base", ("a", "base"), lambda a, base: a - base, ">", 0.0)])
+    assert claim.seeds == [0, 1] and claim.means() == {"a": 1.25, "base": 1.0}
+    result = claim.results[0]
+    assert (result.interval.estimate, result.interval.low, result.interval.high) == (0.25, -0.5, 1.0)
+    assert claim.verdict == INCONCLUSIVE and result.seeds == {"A": 2}
+    nan = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}}, {"a": "A"},
+                [Effect("a", ("a",), lambda a: a, ">", 0.0)])
     assert nan.verdict == NOT_MEASURABLE
+    one = Claim("k", "f.png", "paper", "rule", {"a": {0: 3.0}}, {"a": "A"},
+                [Effect("a", ("a",), lambda a: a, ">", 0.0)])
+    assert one.verdict == INCONCLUSIVE and math.isnan(one.seeds_needed)  # one seed: no interval, no spread
+    assert "no interval (a run with fewer than 2 seeds)" in "\n".join(claim_markdown(1, one))
 
 
 def test_report_config_rejects_bad_values():
@@ -239,6 +305,12 @@ def test_report_config_rejects_bad_values():
         from_dict(ReportConfig, {"last_n": 0}, "report")
     with pytest.raises(ConfigError, match=r"^report.nope"):
         from_dict(ReportConfig, {"nope": 1}, "report")
+    with pytest.raises(ConfigError, match=r"^report.confidence: must be in \(0, 1\)"):
+        from_dict(ReportConfig, {"confidence": 1.0}, "report")
+    with pytest.raises(ConfigError, match=r"^report.imdb_groups: must not repeat"):
+        from_dict(ReportConfig, {"imdb_groups": ["imdb", "imdb"]}, "report")
+    cfg = from_dict(ReportConfig, {"imdb_groups": ["imdb", "imdb_smollm2"], "rerun": None}, "report")
+    assert cfg.imdb_groups == ("imdb", "imdb_smollm2") and cfg.rerun is None and cfg.min_seeds == 3
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -249,19 +321,27 @@ def test_report_config_rejects_bad_values():
 def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim(tmp_path):
     outputs, reports = tmp_path / "outputs", tmp_path / "reports"
     write_fixture(outputs)
-    cfg = ReportConfig(deviations={"ppo.batch_size": "128 | not 256: time"})
+    cfg = ReportConfig(deviations={"ppo.batch_size": "128 | not 256: time"}, collapse_kl=10.0)  # the fixture's PPO ends at KL ~15
     experiments = experiments_of(fixture_experiments())
     claims = {c.key: c for c in write_report(outputs, reports, cfg, experiments, None, "fixture")}
     assert {key: c.verdict for key, c in claims.items() if c.verdict != HELD} == {}
+    assert all(decided_by_its_intervals(c) for c in claims.values())
     assert claims["pareto"].seeds == [0, 1, 2] and claims["pareto_math"].seeds == [0, 1]  # the math sweep's own seeds
-    kl = claims["imdb_kl_ratio"].means()
-    assert 2.5 < kl["KL ratio PPO / CORY-LLM1"] < 3.5  # PPO final KL ~14.7 vs CORY ~4.97
+    assert set(claims["pareto_math"].seeds_used.values()) == {2}
+    ratio = claims["imdb_kl_ratio"].results[0]
+    assert ratio.label == "mean final KL of PPO / CORY-LLM1" and 2.5 < ratio.interval.estimate < 3.5  # 14.99 / 5.06
+    assert 2 < ratio.interval.low < ratio.interval.high < 3.5 and ratio.seeds == {"imdb/ppo": 3, "imdb/cory": 3}
     for name in FIGURES:
         assert (reports / f"{name}.png").stat().st_size > 10_000, name
     report = (reports / "REPORT.md").read_text()
     for i, claim in enumerate(claims.values(), 1):
         assert f"### {i}. {claim.paper}" in report
     assert report.count("**Verdict: held**") == len(claims)
+    assert "| mean final KL of PPO / CORY-LLM1 | 2.966 [2.889, 3.044] | > 2 | held | 3 per run | 2 | bootstrap | 2 |" \
+        in report  # the paper's "more than 2x" beside ours
+    assert "| pass@1 PPO | 0.1212 ± 0.0010 (3 seeds) | 0: 0.1200, 1: 0.1212, 2: 0.1224 | 0.145 |" in report
+    assert "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the authors' figure" in report
+    assert "No rerun to compare with: reports/fixture/rerun/claims.json does not exist." in report
     assert "| `ppo.batch_size` | 128 \\| not 256: time |" in report
     assert "| **total** | 360.5 |" in report and "29,000,000" in report and "ppo.init_kl_coef" in report
     # a stage's own process and its workers' GPU memory are told apart: the base models' peak is in their table
@@ -275,26 +355,43 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     assert (reports / "METRICS.md").read_text() == glossary_markdown()
     samples = (reports / "samples.md").read_text()
     assert "This is one of Jackies" in samples and "llm1 says \\| good" in samples
-    assert json.loads((reports / "claims.json").read_text())["imdb_kl_ratio"]["verdict"] == HELD
+    summary = json.loads((reports / "claims.json").read_text())
+    entry = summary["imdb_kl_ratio"]
+    assert entry["verdict"] == HELD and entry["means"]["PPO final KL"] == pytest.approx(14.99, abs=0.01)
+    assert entry["seeds"] == {"imdb/ppo": 3, "imdb/cory": 3} and entry["seeds_needed"] == 2
+    (effect,) = [e for e in entry["effects"] if e["label"].endswith("CORY-LLM1")]
+    assert effect["estimate"] == pytest.approx(2.966, abs=1e-3) and effect["op"] == ">" and effect["threshold"] == 2
+    assert effect["verdict"] == HELD and len(effect["interval"]) == 2 and effect["method"] == "bootstrap"
+    assert summary["passk"]["paper_values"]["pass@1 PPO"] == {"value": 0.145, "source": PAPER_PASSK_SOURCE}
+    assert summary["imdb_kl_ratio"]["paper_values"]["PPO final KL"]["value"] == [28.0, 37.0]
+    assert summary["imdb_combined_fall"]["effects"][0]["estimate"] == "inf"  # CORY's combined reward rises here
+
+
+PAPER_PASSK_SOURCE = "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the authors' figure"
 
 
 def test_kl_ratio_verdict_follows_the_fixture_numbers(tmp_path):
     write_fixture(tmp_path / "low", cory_kl=10.0)  # PPO KL ~14.7 / CORY ~9.9 = 1.5 on every seed
     claim = claims_by_key(tmp_path / "low")["imdb_kl_ratio"]
-    assert claim.verdict == NOT_HELD and claim.means()["KL ratio PPO / CORY-LLM1"] < 2
+    assert claim.verdict == NOT_HELD and claim.results[0].interval.high < 2
     write_fixture(tmp_path / "mixed", cory_kl={0: 5.0, 1: 5.0, 2: 10.0})  # seed 2 alone falls under 2x
     claim = claims_by_key(tmp_path / "mixed")["imdb_kl_ratio"]
-    assert claim.holds() == {0: True, 1: True, 2: False} and claim.verdict == MIXED
-    assert ("- **Verdict: mixed** (the rule holds on 2/3 seeds: 0, 1; holds on the means over seeds 0, 1, 2)"
-            in claim_markdown(1, claim))
+    low, high = claim.results[0].interval.low, claim.results[0].interval.high
+    assert claim.verdict == INCONCLUSIVE and low < 2 < high and claim.results[0].interval.estimate > 2
+    # CORY's resample is seed 2 thrice (KL 10.4) in 1 draw of 27 and seed 0 thrice (4.956) in another: more than
+    # 2.5% each, so the ends are PPO's resampled mean (14.70 to 15.29) over those
+    assert 14.70 / 10.40 <= low <= 15.29 / 10.40 and 14.70 / 4.956 <= high <= 15.29 / 4.956
+    assert (f"- **Verdict: inconclusive** (95% intervals; mean final KL of PPO / CORY-LLM1: [{low:.4g}, "
+            f"{high:.4g}] contains 2;") in "\n".join(claim_markdown(1, claim))
+    assert claim.seeds_needed > 3  # the spread needs more seeds than 3 to decide
 
 
 def test_one_seed_and_few_iterations_give_numbers_for_every_claim(tmp_path):
     write_fixture(tmp_path, seeds=(0,), iterations=3)
     claims = claims_by_key(tmp_path, seeds=[0])
     assert claims["imdb_kl_ratio"].seeds == [0]
-    assert all(c.verdict != MIXED for c in claims.values())  # one seed: the means are that seed's values
-    assert claims["math_ppo_peak"].verdict in (NOT_HELD, NOT_MEASURABLE)  # 3 iterations hold no peak-then-decline
+    assert all(c.verdict in (INCONCLUSIVE, NOT_MEASURABLE) for c in claims.values())  # one seed: no interval
+    assert claims["imdb_kl_ratio"].results[0].interval.estimate > 0
     assert "(1 seed)" in "\n".join(claim_markdown(1, claims["imdb_kl_ratio"]))
 
 
@@ -344,9 +441,9 @@ def test_each_tasks_frontier_is_judged_on_its_own_sweep(tmp_path):
     write_fixture(tmp_path, math_cory_gain=-0.2)  # on math, CORY's share correct is 0.2 below PPO's at every eta
     claims = claims_by_key(tmp_path)
     assert claims["pareto"].verdict == HELD and claims["pareto_math"].verdict == NOT_HELD
-    assert claims["pareto_math"].means() == {"share of PPO points dominated by CORY-LLM1": 0.0,
-                                             "share of PPO points dominated by CORY-LLM2": 0.0}
+    assert [(r.interval.estimate, r.interval.high) for r in claims["pareto_math"].results] == [(0.0, 0.0)] * 2
     assert claims["pareto_math"].figure == "fig2c_pareto_math.png" and claims["pareto"].figure == "fig2c_pareto.png"
+    assert "CORY-LLM1 η=0.1 final KL" in claims["pareto_math"].quantities
     rule = claims["pareto_math"].rule
     assert "the share of correct answers" in rule and "group `pareto_math`" in rule
     assert "the sentiment logit" in claims["pareto"].rule
@@ -368,12 +465,15 @@ def test_a_profile_without_a_sweep_still_gets_a_report_whose_frontier_claim_is_n
     report = (reports / "REPORT.md").read_text()
     assert "No Pareto sweep of task `math`: no experiment group has task math and a sweep_eta." in report
     assert "Figure: none" in report and "(fig2c_pareto_math.png)" not in report
-    assert json.loads((reports / "claims.json").read_text())["pareto_math"] == {"verdict": NOT_MEASURABLE, "means": {}}
+    entry = json.loads((reports / "claims.json").read_text())["pareto_math"]
+    assert (entry["verdict"], entry["means"], entry["effects"], entry["seeds_needed"]) == (NOT_MEASURABLE, {}, [], None)
 
 
 def test_claim_without_common_seeds_is_not_measurable():
-    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0}, "b": {1: 2.0}, "c": {}}, lambda v: v["a"] < v["b"])
-    assert claim.seeds == [] and claim.verdict == NOT_MEASURABLE
+    # one run whose two quantities share no seed: nothing to pair within the run
+    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0}, "b": {1: 2.0}, "c": {}}, {"a": "A", "b": "A"},
+                  [Effect("a - b", ("a", "b"), lambda a, b: a - b, "<", 0.0)])
+    assert claim.seeds == [0, 1] and claim.verdict == NOT_MEASURABLE and claim.results[0].seeds == {"A": 0}
     assert "n/a" in "\n".join(claim_markdown(1, claim))
 
 
@@ -382,52 +482,43 @@ def test_claim_without_common_seeds_is_not_measurable():
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def run_of(curves: dict[int, dict[str, np.ndarray]], config: dict | None = None) -> Run:
+def run_of(curves: dict[int, dict[str, np.ndarray]], config: dict | None = None, name: str = "group/run") -> Run:
     """A Run straight from curves: seed -> {history column: values over iterations}."""
     histories = {seed: pd.DataFrame({"iteration": np.arange(len(next(iter(c.values())))), **c})
                  for seed, c in curves.items()}
-    return Run("group/run", histories, config or {}, [], {seed: 1.0 for seed in curves})
-
-
-def agrees_with_its_table(claim: Claim) -> bool:
-    """The verdict as the per-seed outcomes and the outcome on the means (both printed in the report) dictate."""
-    per_seed, on_means = list(claim.holds().values()), claim.holds_on_means()
-    if all(ok is None for ok in per_seed):
-        return claim.verdict == NOT_MEASURABLE
-    if all(ok is True for ok in per_seed) and on_means:
-        return claim.verdict == HELD
-    if all(ok is False for ok in per_seed) and not on_means:
-        return claim.verdict == NOT_HELD
-    return claim.verdict == MIXED
+    return Run(name, histories, config or {}, [], {seed: 1.0 for seed in curves})
 
 
 def test_a_seed_that_cannot_be_measured_leaves_the_others_in_the_verdict():
-    # was: the mean over seeds took the NaN, so the verdict said "not measurable" beside "holds on 2/3 seeds"
+    # was: the mean over seeds took the NaN, so the verdict said "not measurable" beside numbers on 2 of 3 seeds
     claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0, 1: 2.0, 2: math.nan}, "b": {0: 0.5, 1: 0.5, 2: 0.5}},
-                  lambda v: v["a"] > v["b"])
-    assert claim.holds() == {0: True, 1: True, 2: None} and claim.measured_seeds == [0, 1]
-    assert claim.means() == {"a": 1.5, "b": 0.5} and claim.holds_on_means() is True
-    assert claim.verdict == MIXED and agrees_with_its_table(claim)
+                  {"a": "A", "b": "B"}, [Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", 0.0)])
+    result = claim.results[0]
+    assert result.seeds == {"A": 2, "B": 3} and claim.means() == {"a": 1.5, "b": 0.5}
+    assert (result.interval.estimate, result.interval.low, result.interval.high) == (1.0, 0.5, 1.5)
+    assert claim.verdict == HELD and decided_by_its_intervals(claim)
     text = "\n".join(claim_markdown(1, claim))
-    assert ("- **Verdict: mixed** (the rule holds on 2/3 seeds: 0, 1; could not be applied on seed 2 (n/a below); "
-            "holds on the means over seeds 0, 1)") in text
-    assert "| a | 1.50 ± 0.50 (2 seeds) | 0: 1.00, 1: 2.00, 2: n/a |" in text  # the mean the verdict read
+    assert "- **Verdict: held** (95% intervals; a - b: [0.5, 1.5] lies above 0)" in text
+    assert "| a - b | 1 [0.5, 1.5] | > 0 | held | A 2, B 3 |" in text
+    assert "| a | 1.50 ± 0.50 (2 seeds) | 0: 1.00, 1: 2.00, 2: n/a |" in text  # the mean the effect read
     # an infinite value (a ratio to 0) is no measurement either; on no seed at all: not measurable
-    only = Claim("k", "f.png", "paper", "rule", {"a": {0: math.inf, 1: math.nan}}, lambda v: v["a"] > 0)
-    assert only.holds() == {0: None, 1: None} and only.verdict == NOT_MEASURABLE and agrees_with_its_table(only)
-    failing = Claim("k", "f.png", "paper", "rule", {"a": {0: -1.0, 1: math.nan}}, lambda v: v["a"] > 0)
-    assert failing.verdict == MIXED  # fails where measured, unknown elsewhere: not "did not hold" on every seed
-    # no measured seed: no mean, but every value that exists is still shown in full
-    lone = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}, "b": {0: 0.012804}}, lambda v: v["a"] > v["b"])
-    assert "| b | n/a | 0: 0.01280 |" in "\n".join(claim_markdown(1, lone))
+    only = Claim("k", "f.png", "paper", "rule", {"a": {0: math.inf, 1: math.nan}}, {"a": "A"},
+                 [Effect("a", ("a",), lambda a: a, ">", 0.0)])
+    assert only.results[0].seeds == {"A": 0} and only.verdict == NOT_MEASURABLE
+    # no finite value: every value that exists is still shown
+    lone = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}, "b": {0: 0.012804}}, {"a": "A", "b": "A"},
+                 [Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", 0.0)])
+    assert "| b | 0.01280 (1 seed) | 0: 0.01280 |" in "\n".join(claim_markdown(1, lone))
 
 
-def test_every_verdict_agrees_with_its_per_seed_table(tmp_path):
+def test_every_verdict_agrees_with_its_intervals(tmp_path):
     write_fixture(tmp_path / "mixed", cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
     write_fixture(tmp_path / "short", seeds=(0, 1), iterations=2)  # late slopes of a 1-point half: n/a
     for outputs in (tmp_path / "mixed", tmp_path / "short"):
         for claim in claims_by_key(outputs).values():
-            assert agrees_with_its_table(claim), (outputs.name, claim.key, claim.holds(), claim.verdict)
+            assert decided_by_its_intervals(claim), (outputs.name, claim.key, claim.results)
+            for r in claim.results:  # the seeds-needed estimate points the way the verdict is open
+                assert math.isnan(r.seeds_needed) or r.seeds_needed >= 2
 
 
 def _math_runs(ppo_rewards: dict[int, np.ndarray]) -> dict[str, Run]:
@@ -435,7 +526,19 @@ def _math_runs(ppo_rewards: dict[int, np.ndarray]) -> dict[str, Run]:
             for s, y in ppo_rewards.items()}
     ppo = {s: {"llm1/task_reward": y, "llm1/kl": np.ones_like(y), "llm1/combined_reward": y}
            for s, y in ppo_rewards.items()}
-    return {"ppo": run_of(ppo), "cory": run_of(cory)}
+    return {"ppo": run_of(ppo, name="math/ppo"), "cory": run_of(cory, name="math/cory")}
+
+
+def peak_claim(rewards: dict[int, np.ndarray], cfg: ReportConfig) -> Claim:
+    return math_claims(_math_runs(rewards), Context(cfg))[0]
+
+
+def peaks_on(claim: Claim, seed: int, cfg: ReportConfig, length: int) -> bool:
+    """The peak-then-decline rule on one seed's numbers (the effects read their seed means)."""
+    v = {label: values[seed] for label, values in claim.quantities.items()}
+    top = v["PPO peak iteration (smoothed task reward)"]
+    return (cfg.stability_window <= top < length - cfg.last_n and v["PPO rise: peak - smoothed start"] > 0
+            and v[f"PPO fall beyond max({cfg.decline:g} x rise, batch noise)"] > 0)
 
 
 def test_rises_then_falls_needs_a_rise_before_the_peak():
@@ -443,15 +546,19 @@ def test_rises_then_falls_needs_a_rise_before_the_peak():
     falls_from_start = 1.0 - t / 60  # the peak is iteration 0: no rise at all
     early_bump = np.where(t < 3, 1.0 + 0.1 * t, 1.0 - t / 60)  # a "peak" at iteration 2, inside the first window
     rises_then_falls = np.exp(-(((t - 25) / 10) ** 2))  # up to iteration 25, then down to ~0
-    claim = math_claims(_math_runs({0: falls_from_start, 1: early_bump, 2: rises_then_falls}),
-                        ReportConfig(last_n=5, stability_window=5))[0]
+    cfg = ReportConfig(last_n=5, stability_window=5)
+    claim = peak_claim({0: falls_from_start, 1: early_bump, 2: rises_then_falls}, cfg)
     assert claim.key == "math_ppo_peak"
-    assert claim.holds() == {0: False, 1: False, 2: True} and claim.verdict == MIXED
-    values = claim.values(0)
-    assert values["PPO peak iteration (smoothed task reward)"] == 0 and values["PPO rise: peak - smoothed start"] == 0
-    assert "comes no earlier than iteration 5" in claim.rule and "rise > 0" in claim.rule
-    only_falls = math_claims(_math_runs({0: falls_from_start, 1: falls_from_start}), ReportConfig(last_n=5))[0]
+    assert [peaks_on(claim, s, cfg, 60) for s in (0, 1, 2)] == [False, False, True]
+    assert claim.verdict == INCONCLUSIVE  # one seed of three peaks: the mean peak iteration's interval is [0, 25]
+    earliest = claim.results[0]
+    assert (earliest.interval.low, earliest.interval.high, earliest.verdict) == (0.0, 25.0, INCONCLUSIVE)
+    assert claim.quantities["PPO peak iteration (smoothed task reward)"][0] == 0
+    assert claim.quantities["PPO rise: peak - smoothed start"][0] == 0
+    assert "is no earlier than iteration 5" in claim.rule and "rise > 0" in claim.rule
+    only_falls = peak_claim({0: falls_from_start, 1: falls_from_start}, ReportConfig(last_n=5))
     assert only_falls.verdict == NOT_HELD  # never rose: did not hold (it used to be held on a fall share)
+    assert [r.verdict for r in only_falls.results] == [NOT_HELD, HELD, NOT_HELD, HELD]  # falls, but from the start
 
 
 def test_a_fall_within_batch_noise_is_no_decline():
@@ -460,17 +567,19 @@ def test_a_fall_within_batch_noise_is_no_decline():
     rise = 0.1 * np.minimum(t / 10, 1.0)  # up over the first 10 iterations, then flat: no decline to find
     flat = 0.2 + rise + rng.normal(0, 0.07, t.size)  # math-like batches: 0/1 rewards of 16 problems
     declines = 0.2 + rise - 0.15 * np.clip((t - 60) / 60, 0, 1) + rng.normal(0, 0.07, t.size)
-    claim = math_claims(_math_runs({0: flat, 1: declines}), ReportConfig())[0]
-    values = claim.values(0)
+    cfg = ReportConfig()
+    claim = peak_claim({0: flat, 1: declines}, cfg)
+    values = {label: v[0] for label, v in claim.quantities.items()}
     fall, noise = values["PPO fall: peak - final value"], values["PPO fall batch noise alone reaches (0.95 quantile)"]
     assert fall >= 0.1 * values["PPO rise: peak - smoothed start"]  # the rule without the noise bound would hold
     assert fall < noise
-    assert claim.holds() == {0: False, 1: True} and claim.verdict == MIXED
-    assert "more than the fall that the run's batch noise alone reaches (the 0.95 quantile" in claim.rule
+    assert [peaks_on(claim, s, cfg, 150) for s in (0, 1)] == [False, True] and claim.verdict == INCONCLUSIVE
+    assert "and the fall that the run's batch noise alone reaches (the 0.95 quantile" in claim.rule
     # the bound is a quantile of falls that pure noise gives: about 1 in 20 flat curves passes at 0.95
     nulls = [0.2 + rng.normal(0, 0.07, t.size) for _ in range(100)]
-    held = math_claims(_math_runs(dict(enumerate([0.2 + rise + y - 0.2 for y in nulls]))), ReportConfig())[0].holds()
-    assert sum(held.values()) <= 15
+    many = peak_claim(dict(enumerate([0.2 + rise + y - 0.2 for y in nulls])), cfg)
+    assert sum(peaks_on(many, s, cfg, 150) for s in range(100)) <= 15
+    assert many.verdict == NOT_HELD  # 100 flat seeds: the mean fall beyond the noise is clearly below 0
     assert noise_fall(flat, 10, 10, quantile=0.0) < fall < noise_fall(flat, 10, 10, quantile=1.0)
 
 
@@ -513,7 +622,7 @@ def test_every_mean_std_in_the_report_has_sensible_digits(tmp_path):
         assert len(mean_decimals) == len(std_decimals), (mean, std)  # the same decimal place
         significant = std.replace(".", "").lstrip("0")
         assert len(significant) <= 2 or float(std) == 0 or "." not in std, (mean, std)
-    rows = re.findall(r"^\| [^|]+ \| (-?[\d.]+) ± [\d.]+ \(\d seeds\) \| (.*) \|$", report, re.M)
+    rows = re.findall(r"^\| [^|]+ \| (-?[\d.]+) ± [\d.]+ \(\d seeds\) \| ([^|]*) \|[^|]*\|$", report, re.M)
     assert len(rows) > 40
     for mean, per_seed in rows:  # the per-seed values have the mean's decimal places
         places = len(mean.partition(".")[2])
@@ -553,10 +662,128 @@ def test_time_table_splits_the_time_between_the_stages_where_the_processes_recor
 
 
 def test_a_runs_phase_split_is_a_mean_over_the_seeds_that_recorded_it():
-    from cory.report import phase_split
+    from cory.report.report import phase_split
 
     run = Run("g/r", {}, {}, [], {0: 10.0, 1: 12.0})
     assert phase_split(run) == "-"  # written before phases were recorded
     run.phase_seconds = {0: {"iterations": 6.0, "probes": 1.0, "samples": 1.0, "checkpoints": 1.0, "setup": 1.0},
                          1: {"iterations": 8.0, "checkpoints": 3.0, "logging": 0.5, "save": 0.5}}
     assert phase_split(run) == "7.0 / 1.0 / 2.0 / 1.0"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The claims the paper's IMDB result is about (CORY.md §7), several IMDB groups, untested profiles, reruns
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_collapse_rates_and_the_calibration_target(tmp_path):
+    write_fixture(tmp_path, cory_kl={0: 5.0, 1: 5.0, 2: 9.5})  # PPO ends at KL 14.7-15.3, CORY at 4.9-9.8
+    claim = claims_by_key(tmp_path, collapse_kl=10.0)["imdb_collapse"]
+    assert claim.verdict == HELD  # 3 of 3 against 0 of 3: the exact interval clears 0
+    assert [r.interval.estimate for r in claim.results] == [1.0, 1.0]
+    assert all(isinstance(e, RateDifference) and r.method == "exact" for e, r in zip(claim.effects, claim.results))
+    assert claim.notes[0].startswith("PPO collapsed on 3 of 3 seeds (rate 1.00; 95% Clopper-Pearson interval [0.29,")
+    assert claim.notes[1].startswith("CORY-LLM1 collapsed on 0 of 3 seeds")
+    assert claim.notes[3].startswith("Calibration target (PPO's final KL >= 10 on every seed, ") and ": met;" in \
+        claim.notes[3]
+    assert "exceeds 10 (report.collapse_kl)" in claim.rule
+    # CORY's seed 2 (KL 9.8) collapses at a limit of 9: 3 of 3 against 1 of 3 does not clear 0
+    claim = claims_by_key(tmp_path, collapse_kl=9.0)["imdb_collapse"]
+    assert claim.notes[1].startswith("CORY-LLM1 collapsed on 1 of 3 seeds (rate 0.33; 95% Clopper-Pearson interval "
+                                     "[0.01, 0.91])")
+    assert claim.verdict == INCONCLUSIVE and claim.results[0].interval.low < 0 < claim.results[0].interval.high
+    assert claim.results[0].seeds_needed > 3
+    # no PPO seed collapses at 16, nor CORY's, and PPO is short of a calibration target of 16: nothing is decided
+    claim = claims_by_key(tmp_path, collapse_kl=16.0, calibration_kl=16.0)["imdb_collapse"]
+    assert claim.verdict == INCONCLUSIVE and ": not met;" in claim.notes[3] and claim.seeds_needed == math.inf
+    write_fixture(tmp_path / "high", cory_kl=20.0)  # CORY at KL ~20, PPO at ~15: only CORY collapses above 17
+    assert claims_by_key(tmp_path / "high", collapse_kl=17.0)["imdb_collapse"].verdict == NOT_HELD
+
+
+def test_combined_reward_falls_less_for_cory_as_the_paper_reads_it():
+    t = np.arange(100, dtype=float)
+
+    def combined(end: float, seed: int) -> np.ndarray:  # +0.45 for 10 iterations, then linearly to `end`
+        return np.where(t < 10, 0.45, 0.45 + (end - 0.45) * (t - 10) / 89) + 0.01 * seed
+
+    ppo = run_of({s: {"llm1/combined_reward": combined(-8.7, s)} for s in range(3)}, {"ppo": {"init_kl_coef": 0.3}},
+                 "imdb/ppo")
+    cory = run_of({s: {"llm1/combined_reward": combined(-1.1, s), "llm2/combined_reward": combined(-1.3, s)}
+                   for s in range(3)}, {"ppo": {"init_kl_coef": 0.3}}, "imdb/cory")
+    claim = combined_fall_claim(ppo, cory, None, Context(ReportConfig()))
+    # the last 10 iterations' mean lies (0.45 - end) x 84.5 / 89 below the start (the first 10 iterations' mean)
+    assert claim.means()["PPO fall (start - final)"] == pytest.approx((0.45 + 8.7) * 84.5 / 89)
+    factor = (8.7 + 0.45) / (1.1 + 0.45)  # 5.9, as the paper's end points give it
+    assert claim.results[0].interval.estimate == pytest.approx(factor, rel=1e-6)
+    assert claim.verdict == HELD and claim.paper_values["PPO's fall / CORY-LLM1's fall"].value == 5.9
+    assert "mean fall of PPO / mean fall of CORY-LLMx > 2" in claim.rule
+    text = "\n".join(claim_markdown(1, claim))
+    assert "| PPO final combined reward |" in text and "| -8.7 |" in text and "PPO-GPT-2-l at iteration ~100" in text
+
+
+def test_each_imdb_group_gets_its_own_claims(tmp_path):
+    write_fixture(tmp_path)
+    runs = ("ppo", "cory", "cory_no_kt")
+    copy_imdb_group(tmp_path, "imdb_smollm2", runs)
+    claims = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}},
+                           imdb_groups=("imdb", "imdb_smollm2"))
+    assert claims["imdb_smollm2/imdb_kl_ratio"].paper.startswith("SmolLM2-135M: PPO's final KL")
+    assert claims["imdb_kl_ratio"].paper.startswith("imdb_small (30M, from scratch): PPO's final KL")
+    assert claims["imdb_smollm2/imdb_kl_ratio"].verdict == claims["imdb_kl_ratio"].verdict == HELD  # the same runs
+    assert claims["imdb_smollm2/imdb_kl_ratio"].figure == "" and claims["imdb_kl_ratio"].figure == "fig3_imdb.png"
+    smollm2 = {key.split("/", 1)[1] for key in claims if key.startswith("imdb_smollm2/")}
+    assert smollm2 == {"imdb_similar_reward", "imdb_kl_ratio", "imdb_llms_coincide", "imdb_combined_reward",
+                       "imdb_combined_fall", "imdb_collapse", "no_kt_kl", "no_kt_unstable"}  # no PPO-2x, REx, coop
+    assert list(claims).index("imdb_smollm2/imdb_collapse") < list(claims).index("math_ppo_peak")
+    alone = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}}, imdb_groups=("imdb_smollm2",))
+    assert "imdb_kl_ratio" not in alone and "coop_kl" not in alone and "imdb_smollm2/no_kt_kl" in alone
+    assert claims_by_key(tmp_path)["imdb_kl_ratio"].paper == "PPO's final KL is more than 2x CORY's (Fig. 3b)."
+
+
+def test_a_profile_that_tests_no_claim_shows_numbers_without_verdicts(tmp_path):
+    outputs, reports = tmp_path / "outputs", tmp_path / "reports" / "fixture"
+    write_fixture(outputs, seeds=(0,), iterations=4)
+    cfg = ReportConfig(test_claims=False)
+    claims = write_report(outputs, reports, cfg, experiments_of(fixture_experiments(seeds=(0,))), None, "fixture")
+    assert {c.verdict for c in claims} == {NOT_TESTED}
+    report = (reports / "REPORT.md").read_text()
+    assert "**This profile tests no claim** (params `report.test_claims: false`)" in report
+    assert report.count("- **Verdict: not tested**: this profile tests no claim") == len(claims)
+    for word in (HELD, NOT_HELD, INCONCLUSIVE):  # the verdict rule names them; no claim gets one
+        assert f"| **{word}** |" not in report and f"| {word} |" not in report and f"Verdict: {word}" not in report
+    assert "| PPO final KL |" in report and "(1 seed)" in report  # the numbers are still there
+    summary = json.loads((reports / "claims.json").read_text())
+    assert {e["verdict"] for entry in summary.values() for e in entry["effects"]} == {NOT_TESTED}
+    assert {entry["verdict"] for entry in summary.values()} == {NOT_TESTED}
+
+
+def test_a_rerun_is_compared_claim_by_claim(tmp_path):
+    outputs, root = tmp_path / "outputs", tmp_path / "repo"
+    reports = root / "reports" / "fixture"
+    write_fixture(outputs, cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
+    experiments = experiments_of(fixture_experiments())
+    claims = write_report(outputs, reports, ReportConfig(rerun=None), experiments, None, "fixture")
+    assert "## Rerun" not in (reports / "REPORT.md").read_text()  # null: no comparison
+    ours = summary_json(claims)
+    theirs = json.loads(json.dumps(ours))
+    theirs["imdb_kl_ratio"]["verdict"] = HELD  # as if the rerun's seeds had cleared 2
+    for effect in theirs["imdb_kl_ratio"]["effects"]:
+        effect["verdict"] = effect["measured_verdict"] = HELD
+        effect["interval"] = [2.1, 3.0]
+    theirs["old_claim"] = {"verdict": "mixed", "means": {}}  # a claim the rerun had and this run has not
+    (reports / "rerun").mkdir(parents=True)
+    (reports / "rerun" / "claims.json").write_text(json.dumps(theirs))
+    write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")
+    report = (reports / "REPORT.md").read_text()
+    assert (f"This run's verdicts against those of reports/fixture/rerun/claims.json: {len(ours) - 1} of "
+            f"{len(ours) + 1} claims agree.") in report
+    row = next(line for line in report.splitlines() if line.startswith("| `imdb_kl_ratio` |"))
+    assert row.startswith("| `imdb_kl_ratio` | inconclusive | held | **no** | "
+                          "mean final KL of PPO / CORY-LLM1: 2.214 [1.464, 3.044];")
+    assert "mean final KL of PPO / CORY-LLM1: inconclusive here, held there (threshold > 2)" in row
+    assert "[2.1, 3]" in row
+    rows = {r[0]: r for r in rerun_rows(ours, theirs)}
+    assert rows["`old_claim`"][1:4] == ["-", "mixed", "**no**"] and rows["`old_claim`"][-1] == "only in the rerun"
+    assert rows["`passk`"][3] == "yes" and rows["`passk`"][-1] == ""
+    old = rerun_rows(ours, {"imdb_kl_ratio": {"verdict": "mixed", "means": {}}})
+    assert "an older report" in {r[0]: r for r in old}["`imdb_kl_ratio`"][-1]

@@ -11,7 +11,7 @@ from matplotlib.text import Text
 from test_report import load_fixture, run_of, write_fixture
 
 from cory import plots
-from cory.report import ReportConfig, draw_figures, report_markdown, series
+from cory.report.report import ReportConfig, draw_figures, report_markdown, series
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_combined_reward_panels_state_their_eta(drawn, tmp_path):
 
 
 def test_the_probe_panel_draws_only_the_iterations_the_probe_ran():
-    from cory.report import probe_panel
+    from cory.report.report import probe_panel
 
     probed = np.full(30, np.nan)
     probed[[0, 10, 20, 29]] = [0.2, 0.25, 0.3, 0.32]
