@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from cory.results import SWEEP_TASKS, Inputs, Run, Sweep
+from cory.report.results import SWEEP_TASKS, Inputs, Run, Sweep
 
 if TYPE_CHECKING:
-    from cory.settings import ReportConfig
+    from cory.report.config import ReportConfig
 
 HELD, NOT_HELD, MIXED, NOT_MEASURABLE = "held", "did not hold", "mixed", "not measurable"
 

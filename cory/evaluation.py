@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from cory.rewards import MathReward, Reward
-from cory.rollout import generate
-from cory.settings import EvalConfig
+from cory.rl.rollout import generate
+from cory.tasks.config import EvalConfig
+from cory.tasks.rewards import MathReward, Reward
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

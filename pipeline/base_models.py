@@ -6,7 +6,7 @@ reward model of params `reward_model`). The default profile names three base mod
 - imdb_small: the GPT2-Large stand-in that PPO and both CORY agents start from;
 - imdb_large: the GPT2-XL stand-in of the model-size ablation, about twice imdb_small's parameters (as many as the
   two CORY copies together; `compare_params_with: imdb_small` writes the ratio to its metrics);
-- math: the GSM8K-task model, pretrained on data/math/pretrain.jsonl in `cory.mathgen`'s "Question: ... Answer:" format.
+- math: the GSM8K-task model, pretrained on data/math/pretrain.jsonl in `cory.tasks.mathgen`'s "Question: ... Answer:" format.
 A `source` other than "scratch" (a hub name such as gpt2-large, or a local folder) is saved as it is, not trained.
 
 On a GPU the models train at the same time, one process each: small models leave an H100 partly idle, and one stage
@@ -35,19 +35,30 @@ import time
 
 import torch
 
-from cory.config import ConfigError, to_dict
-from cory.roles import TABLE3_QUERIES
-from cory.tracking import FinishedRun, log_finished, provenance, warm_up
+from cory.schema import ConfigError, to_dict
+from cory.tasks.imdb import TABLE3_QUERIES
+from cory.tracking.runs import FinishedRun, log_finished
+from cory.tracking.store import warm_up
+from cory.tracking.tags import provenance
 from pipeline import reward_model as reward
 from pipeline.common import (
-    code_digest, content_digest, device, load_params, out_dir, process_started_at, profile, read_jsonl, require_device,
-    run_stage, section, stage_timer, write_json,
+    code_digest,
+    content_digest,
+    device,
+    process_started_at,
+    read_jsonl,
+    require_device,
+    run_stage,
+    stage_timer,
+    write_json,
 )
+from pipeline.params import load_params, section
+from pipeline.paths import out_dir, profile
 from pipeline.gpus import error_line, run_at_once, visible_gpus
 from pipeline.params import REWARD, SCRATCH, BaseModelConfig, RewardModelConfig, RuntimeConfig
 
 
-# transformers and the model code (cory.pretrain, cory.tokenizer) are imported where a model is built, in the worker
+# transformers and the model code (cory.tasks.pretrain, cory.tasks.tokenizer) are imported where a model is built, in the worker
 # processes: the stage's own process only checks inputs, fingerprints and starts the workers, and spends ~10 s less
 # before they start (transformers' import, on the GPU machine).
 
@@ -60,7 +71,7 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[st
         validation = [row["text"] for row in read_jsonl(data / "validation.jsonl")]
         prompts = list(TABLE3_QUERIES) + [" ".join(text.split()[:4]) for text in validation]
         return train, validation, prompts[: cfg.samples]
-    from cory.mathgen import format_example, format_prompt, pretraining_texts
+    from cory.tasks.mathgen import format_example, format_prompt, pretraining_texts
 
     problems = read_jsonl(out_dir(params, "data", "math", "pretrain.jsonl"))
     if cfg.holdout >= len(problems):
@@ -76,7 +87,7 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[st
 def scratch_tokenizer(cfg: BaseModelConfig, train: list[str]):
     """The tokenizer of a model trained from scratch on `train`: `cfg.tokenizer`, or GPT-2's cut down to `train`'s
     tokens (`offline-gpt2:corpus`)."""
-    from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
 
     return corpus_vocabulary(train) if cfg.tokenizer == CORPUS_VOCABULARY else load_tokenizer(cfg.tokenizer)
 
@@ -85,8 +96,9 @@ def parameter_count(name: str, params: dict) -> int:
     """Parameters of base model `name` as its params describe it, built on the meta device (no memory, no training)."""
     import transformers
 
-    from cory.pretrain import build_causal_lm, count_parameters, load_pretrained
-    from cory.tokenizer import CORPUS_VOCABULARY
+    from cory.hf import count_parameters, load_pretrained
+    from cory.tasks.pretrain import build_causal_lm
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY
 
     cfg = section(params, f"base_models.{name}", BaseModelConfig)
     if cfg.source == SCRATCH:
@@ -105,8 +117,9 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str,
     returns (metrics, training record, samples)."""
     import transformers
 
-    from cory.pretrain import build_causal_lm, count_parameters, load_pretrained, pretrain_lm, sample_texts, save_model
-    from cory.tokenizer import load_tokenizer
+    from cory.hf import count_parameters, load_pretrained, save_model
+    from cory.tasks.pretrain import build_causal_lm, pretrain_lm, sample_texts
+    from cory.tasks.tokenizer import load_tokenizer
 
     train, validation, prompts = corpus_texts(name, cfg, params)  # missing data files fail here, before model work
     reference_params = parameter_count(cfg.compare_params_with, params) if cfg.compare_params_with else None
@@ -223,7 +236,7 @@ def current(name: str, params: dict, digest: str) -> bool:
 def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool = True
                   ) -> tuple[dict[str, str], list[FinishedRun]]:
     """Train `units` ([(name, fingerprint)]) one after another in this process (a base model, then the reward model
-    that starts from it: in the process whose imports, CUDA context and tokenized reviews, `cory.tokenizer.encode`,
+    that starts from it: in the process whose imports, CUDA context and tokenized reviews, `cory.tasks.tokenizer.encode`,
     it can use). Returns ({name: error line} of the units that failed, the MLflow runs of those that finished, for
     the stage's process to log); the units after a failed one do not run. Bad input (ConfigError,
     FileNotFoundError) is raised, and so is the first unit's failure where `raise_first` (in a worker: run_at_once

@@ -1,4 +1,5 @@
-"""What every stage script shares: the params file, the profile's output folders, seeding and small writers."""
+"""What every stage script shares: running a stage, the CPU threads, the device checks, small file writers and the
+stage timer."""
 
 from __future__ import annotations
 
@@ -6,88 +7,14 @@ import functools
 import hashlib
 import json
 import os
-import random
-import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import yaml
 
-from cory.config import ConfigError, from_dict, merge
-from pipeline.params import check_profile, check_seeds, filled, validate as validate_tree
-
-T = TypeVar("T")
-
-ROOT = Path(__file__).resolve().parents[1]
-"""The project root (where params.yaml and dvc.yaml live); stages run from here."""
-
-
-def shown(path: str | os.PathLike) -> str:
-    """How a message names a file: relative to the project root when it is inside it, else as given."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
-
-
-class StrictLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key repeated in one mapping is an error: safe_load keeps the last one, so a
-    second `train:` block in a params or profile file would silently replace the first."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                key = self.construct_object(key_node)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"{key!r} appears twice in one mapping", key_node.start_mark
-                    )
-                seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-# YAML 1.2 floats without a dot (2e-05, 1E+3), which YAML 1.1 reads as strings: DVC writes params.yaml with a YAML 1.2
-# writer, so `dvc exp run -S train.ppo.learning_rate=2e-5` leaves `learning_rate: 2e-05` in it.
-StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
-
-
-def read_yaml(path: str | os.PathLike, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
-    """A YAML file's content. A syntax error or a repeated key is one ConfigError naming the file, line and column
-    (`params.yaml:12:5: ...`), instead of yaml's traceback."""
-    try:
-        return yaml.load(Path(path).read_bytes(), Loader=loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        within = ""
-        if exc.context and exc.context_mark is not None:
-            within = f" ({exc.context} at line {exc.context_mark.line + 1})"
-        raise ConfigError(f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: {exc.problem}{within}") from None
-    except yaml.YAMLError as exc:  # e.g. bytes that are no text encoding
-        raise ConfigError(f"{shown(path)}: not a YAML file ({' '.join(str(exc).split())})") from None
-
-
-def load_params(path: str | os.PathLike | None = None, validate: bool = True) -> dict[str, Any]:
-    """The params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file.
-
-    The whole tree is validated first (pipeline.params), so a typo anywhere stops every stage before it starts.
-    params.yaml is a working copy: `python -m pipeline.profile NAME` writes it from profiles/, and it may be edited
-    (by hand or by `dvc exp run -S key=value`) like any params file; only its content is checked."""
-    path = Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
-    if not path.is_file():
-        raise ConfigError(f"{shown(path)}: params file not found")
-    params = read_yaml(path)
-    if not isinstance(params, dict):
-        raise ConfigError(f"{shown(path)}: must hold a mapping of settings, got {type(params).__name__}")
-    if validate:
-        try:
-            validate_tree(params)
-        except ConfigError as exc:
-            raise ConfigError(f"{shown(path)}: {exc}") from None
-    return params
+from cory.schema import ConfigError
+from pipeline.paths import ROOT, out_dir, profile
 
 
 def limit_cpu_threads() -> None:
@@ -116,37 +43,6 @@ def run_stage(main: Callable[[], None]) -> None:
         sys.exit(f"error: {exc}")
 
 
-def section(params: dict[str, Any], dotted: str, cls: type[T]) -> T:
-    """Validate and build the section at `dotted` (e.g. "data.imdb") as dataclass `cls`, with the settings that
-    come from elsewhere filled in (pipeline.params.FILLED: e.g. the evaluation prompt is the math task's)."""
-    node: Any = params
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{dotted}: section missing from params.yaml")
-        node = node[part]
-    if isinstance(node, dict):
-        node = merge(node, filled(params, dotted))
-    return from_dict(cls, node, dotted)
-
-
-def profile(params: dict[str, Any]) -> str:
-    return check_profile(params.get("profile"))
-
-
-def out_dir(params: dict[str, Any], *parts: str) -> Path:
-    """outputs/<profile>/<parts...>: each profile writes under its own folder, so profiles never mix."""
-    return ROOT / "outputs" / profile(params) / Path(*parts)
-
-
-def set_seed(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def device() -> str:
     import torch
 
@@ -170,7 +66,7 @@ def write_jsonl(path: str | os.PathLike, rows: list[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a file an earlier stage wrote (cory.data.read_jsonl: a bad line names the file and line)."""
+    """The rows of a file an earlier stage wrote (cory.tasks.imdb.read_jsonl: a bad line names the file and line)."""
     from cory.data import read_jsonl as read_rows  # here, not at the top: it imports pandas
 
     if not Path(path).is_file():
@@ -228,11 +124,6 @@ class stage_timer:
                                    "started_at": round(self.started_at, 1), "finished_at": round(time.time(), 1),
                                    "process_started_at": None if process is None else round(process, 1),
                                    **peak_memory()})
-
-
-def seeds(params: dict[str, Any]) -> list[int]:
-    """The top-level `seeds` list every training and evaluation stage shares."""
-    return check_seeds(params.get("seeds"))
 
 
 def driver_sees_gpu() -> bool:

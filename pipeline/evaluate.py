@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cory.config import ConfigError, to_dict
+from cory.schema import ConfigError, to_dict
 from cory.evaluation import evaluate_pass_at_k
-from cory.tracking import FinishedRun, log_finished, warm_up
-from pipeline.common import (
-    device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
-)
+from cory.tracking.runs import FinishedRun, log_finished
+from cory.tracking.store import warm_up
+from pipeline.common import device, read_jsonl, require_device, run_stage, stage_timer, write_json
+from pipeline.params import load_params, section
+from pipeline.paths import out_dir, profile
 from pipeline.gpus import processes_at_once, run_at_once, visible_gpus
 from pipeline.params import EvaluateConfig, RuntimeConfig
 
@@ -122,7 +123,7 @@ def evaluate_one(name: str, seed: str, folder: Path, cfg: EvaluateConfig, questi
     gives the same numbers."""
     from transformers import AutoModelForCausalLM
 
-    from cory.tokenizer import load_tokenizer
+    from cory.tasks.tokenizer import load_tokenizer
 
     start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder).to(on)

@@ -1,44 +1,134 @@
 """The params tree: one typed schema, checked as a whole before any stage runs (`python -m pipeline.params`).
 
 `Params` is the schema of params.yaml: each top-level key is a typed section (a dataclass whose fields document the
-settings; the library's sections are in cory.config, cory.settings, cory.data and cory.experiments), built by
-`cory.config.from_dict`, so an unknown key, a wrong type or an impossible value is one ConfigError naming the
+settings; the library's sections are in cory.rl.config, cory.tasks.config, cory.runs.config and cory.report.config), built by
+`cory.schema.from_dict`, so an unknown key, a wrong type or an impossible value is one ConfigError naming the
 setting by its dotted path. `validate` then checks what no single section can: names that refer to other entries
 (base models, tasks, runs), lengths against model sizes, every run x seed of every experiment group resolved, the
 model folders pass@k evaluates, and the runs and models the report reads. It imports no stage module and no torch,
-so it is quick and has no side effects; every stage calls it first (pipeline.common.load_params).
+so it is quick and has no side effects; every stage calls it first (load_params).
 
 One source per setting: a setting that is filled from somewhere else may not be written in params. The train block
-of a run gets its `seed` from `seeds` and its templates from its task (cory.experiments.expand_jobs rejects them in
+of a run gets its `seed` from `seeds` and its templates from its task (cory.runs.config.expand_jobs rejects them in
 any train block); the sections below get the settings of FILLED, and writing one is an error naming it and its
 source, where it used to be silently replaced or ignored.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from cory.config import ConfigError, TrainConfig, check, from_dict, merge, section_path
-from cory.data import IMDBDataConfig
-from cory.experiments import ExperimentConfig, TaskConfig, expand_jobs
-from cory.results import check_report_inputs
-from cory.settings import ClassifierConfig, EvalConfig, LMConfig, MathDataConfig, PretrainConfig, ReportConfig
+import yaml
+
+from cory.report.config import ReportConfig
+from cory.report.results import check_report_inputs
+from cory.rl.config import TrainConfig
+from cory.runs.config import ExperimentConfig, TaskConfig, expand_jobs
+from cory.schema import ConfigError, check, from_dict, merge, section_path
+from cory.tasks.config import ClassifierConfig, EvalConfig, IMDBDataConfig, LMConfig, MathDataConfig, PretrainConfig
+from pipeline.paths import ROOT, check_profile, shown
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Reading params files
+# --------------------------------------------------------------------------------------------------------------------
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key repeated in one mapping is an error: safe_load keeps the last one, so a
+    second `train:` block in a params or profile file would silently replace the first."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} appears twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+
+# YAML 1.2 floats without a dot (2e-05, 1E+3), which YAML 1.1 reads as strings: DVC writes params.yaml with a YAML 1.2
+# writer, so `dvc exp run -S train.ppo.learning_rate=2e-5` leaves `learning_rate: 2e-05` in it.
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def read_yaml(path: str | os.PathLike, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
+    """A YAML file's content. A syntax error or a repeated key is one ConfigError naming the file, line and column
+    (`params.yaml:12:5: ...`), instead of yaml's traceback."""
+    try:
+        return yaml.load(Path(path).read_bytes(), Loader=loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        within = ""
+        if exc.context and exc.context_mark is not None:
+            within = f" ({exc.context} at line {exc.context_mark.line + 1})"
+        raise ConfigError(f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: {exc.problem}{within}") from None
+    except yaml.YAMLError as exc:  # e.g. bytes that are no text encoding
+        raise ConfigError(f"{shown(path)}: not a YAML file ({' '.join(str(exc).split())})") from None
+
+
+def load_params(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file.
+
+    The whole tree is validated first (pipeline.params), so a typo anywhere stops every stage before it starts.
+    params.yaml is a working copy: `python -m pipeline.profile NAME` writes it from profiles/, and it may be edited
+    (by hand or by `dvc exp run -S key=value`) like any params file; only its content is checked."""
+    path = Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
+    if not path.is_file():
+        raise ConfigError(f"{shown(path)}: params file not found")
+    params = read_yaml(path)
+    if not isinstance(params, dict):
+        raise ConfigError(f"{shown(path)}: must hold a mapping of settings, got {type(params).__name__}")
+    try:
+        validate(params)
+    except ConfigError as exc:
+        raise ConfigError(f"{shown(path)}: {exc}") from None
+    return params
+
+
+def section(params: dict[str, Any], dotted: str, cls: type[T]) -> T:
+    """Validate and build the section at `dotted` (e.g. "data.imdb") as dataclass `cls`, with the settings that
+    come from elsewhere filled in (pipeline.params.FILLED: e.g. the evaluation prompt is the math task's)."""
+    node: Any = params
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"{dotted}: section missing from params.yaml")
+        node = node[part]
+    if isinstance(node, dict):
+        node = merge(node, filled(params, dotted))
+    return from_dict(cls, node, dotted)
+
+
+def seeds(params: dict[str, Any]) -> list[int]:
+    """The top-level `seeds` list every training and evaluation stage shares."""
+    return check_seeds(params.get("seeds"))
+
 
 SCRATCH = "scratch"
 """`source` of a model trained here from random init (base models, the reward classifier)."""
-PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+
+
+PROFILES = ROOT / "profiles"
+
+
 DEVIATIONS = PROFILES / "deviations.yaml"
 """Why each profile's settings differ from the paper's: prose, so kept out of params (report.deviations)."""
+
+
 EVAL_TASK = "math"
 """The task whose test problems and prompt pass@k uses (the evaluate stage reads data/math/test.jsonl)."""
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Sections of the stages (the library's own sections are imported above)
-# --------------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -206,22 +296,12 @@ class Params:
         check_seeds(self.seeds)
 
 
-def check_profile(name: Any) -> str:
-    check(isinstance(name, str) and name.isidentifier(), "profile",
-          f"must be a simple name like 'default' or 'smoke', got {name!r}")
-    return name
-
-
 def check_seeds(value: Any) -> list[int]:
     ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
     check(bool(ok), "seeds", f"must be a non-empty list of integers, got {value!r}")
     check(len(set(value)) == len(value), "seeds", f"must not repeat a seed, got {value!r}")
     return value
 
-
-# --------------------------------------------------------------------------------------------------------------------
-# Settings filled from elsewhere
-# --------------------------------------------------------------------------------------------------------------------
 
 FILLED = {
     "evaluation.prompt_template": f"tasks.{EVAL_TASK}.prompt_template",
@@ -232,8 +312,6 @@ FILLED = {
 
 def deviations(profile: str, path: Path = DEVIATIONS) -> dict[str, str]:
     """The profile's entry of profiles/deviations.yaml (setting -> why it differs from the paper's), {} if none."""
-    from pipeline.common import read_yaml, shown  # here: pipeline.common imports this module
-
     content = read_yaml(path) if path.is_file() else {}
     where = shown(path)
     check(isinstance(content, dict), where, "must map profile names to {setting: why}")
@@ -266,11 +344,6 @@ def with_filled(params: dict) -> dict:
             raise ConfigError(f"{dotted}: comes from {source}; remove it from the params (one source per setting)")
     return {key: merge(value, filled(params, key)) if isinstance(value, dict) else value
             for key, value in params.items()}
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Checks across sections
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def check_base_model_name(name: Any, key: str, tree: Params) -> None:
@@ -339,7 +412,7 @@ def check_tasks(tree: Params) -> None:
 
 
 def check_experiments(tree: Params, raw: dict) -> dict[str, list]:
-    """Every run x seed of every group, resolved and validated (cory.experiments.expand_jobs); returns group -> jobs.
+    """Every run x seed of every group, resolved and validated (cory.runs.config.expand_jobs); returns group -> jobs.
 
     Each layer of overrides is checked where it is written first (the group's train block, then each run's), so that
     an error names a key the reader can find."""
@@ -408,13 +481,12 @@ def validate(params: dict) -> Params:
 
 
 def main() -> None:
-    from pipeline.common import load_params
-
     load_params()  # validates
     print("params.yaml: every setting is valid")
 
 
 if __name__ == "__main__":
+    from pipeline import params  # by its importable name: the schema's annotations resolve in that module's globals
     from pipeline.common import run_stage
 
-    run_stage(main)
+    run_stage(params.main)

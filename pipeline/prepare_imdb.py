@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections import Counter
 from statistics import mean
 
-from cory.config import to_dict
-from cory.data import IMDBDataConfig, build_prompts, load_imdb, split_imdb
-from cory.tokenizer import load_tokenizer
-from pipeline.common import (
-    load_params, out_dir, require_device, run_stage, section, stage_timer, write_json, write_jsonl,
-)
+from cory.schema import to_dict
+from cory.tasks.config import IMDBDataConfig
+from cory.tasks.imdb import build_prompts, load_imdb, split_imdb
+from cory.tasks.tokenizer import load_tokenizer
+from pipeline.common import require_device, run_stage, stage_timer, write_json, write_jsonl
+from pipeline.params import load_params, section
+from pipeline.paths import out_dir
 
 
 def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from cory.config import ConfigError
-from pipeline.common import ROOT, StrictLoader, read_yaml, run_stage, shown
+from cory.schema import ConfigError
+from pipeline.common import run_stage
+from pipeline.params import StrictLoader, read_yaml
+from pipeline.paths import ROOT, shown
 from pipeline.params import DEVIATIONS, validate
 
 PROFILES = ROOT / "profiles"

@@ -2,11 +2,11 @@
 
     python -m pipeline.report
 
-Reads params `report` (cory.settings.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile`,
+Reads params `report` (cory.report.config.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile`,
 `seeds` and `experiments` (which group sweeps each task's KL coefficient, and a group's own seeds), and every run
 of outputs/<profile>/runs/, eval/passk.json and metrics/ (and profiles/notes/<profile>.md, the maintainers' notes on
 the run, if it exists); writes reports/<profile>/ (see cory.report.write_report) and DVC's views of the results, outputs/<profile>/metrics/headline.json and
-metrics/curves/ (cory.views). A missing run folder, seed folder or input file stops the stage with one line naming
+metrics/curves/ (cory.report.dvc_views). A missing run folder, seed folder or input file stops the stage with one line naming
 it, before any figure is drawn.
 First it logs to MLflow every run that DVC restored from its cache instead of running it (cory.tracking.sync_runs):
 the report always runs after train, so MLflow then lists every run the report is made of. Last it logs the parent
@@ -16,13 +16,17 @@ with every run the report is made of nested under it.
 
 from __future__ import annotations
 
-from cory.config import from_dict
-from cory.experiments import ExperimentConfig
-from cory.report import ReportConfig, write_report
-from cory.results import load_inputs
-from cory.tracking import log_pipeline_run, sync_runs
-from cory.views import write_views
-from pipeline.common import ROOT, load_params, out_dir, profile, run_stage, section, seeds, stage_timer
+from cory.schema import from_dict
+from cory.runs.config import ExperimentConfig
+from cory.report.config import ReportConfig
+from cory.report.report import write_report
+from cory.report.results import load_inputs
+from cory.report.pipeline_run import log_pipeline_run
+from cory.tracking.restore import sync_runs
+from cory.report.dvc_views import write_views
+from pipeline.common import run_stage, stage_timer
+from pipeline.params import load_params, section, seeds
+from pipeline.paths import ROOT, out_dir, profile
 
 __all__ = ["main"]
 
@@ -41,7 +45,7 @@ def main() -> None:
         notes = ROOT / "profiles" / "notes" / f"{name}.md"  # maintainers' words on this run, if any
         claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, experiments, seeds(params), name,
                               notes.read_text() if notes.is_file() else None)
-        # DVC's views (cory.views): headline.json (`dvc metrics`) and the curve tables (`dvc plots`), git-tracked
+        # DVC's views (cory.report.dvc_views): headline.json (`dvc metrics`) and the curve tables (`dvc plots`), git-tracked
         write_views(load_inputs(out_dir(params), experiments, seeds(params)), out_dir(params, "metrics"), cfg.last_n)
         log_pipeline_run(name, out_dir(params, "runs"), out_dir(params, "eval", "passk.json"), ROOT / "reports" / name)
     for claim in claims:

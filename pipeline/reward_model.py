@@ -1,12 +1,12 @@
-"""The IMDB sentiment classifier whose POSITIVE logit is the RL reward (CORY.md §2.1), a unit of the base_models stage.
+"""The IMDB sentiment classifier whose POSITIVE logit is the RL reward (docs/algorithm.md), a unit of the base_models stage.
 
-The paper scores with `lvwerra/distilbert-imdb`; offline there is none (shared/OFFLINE.md), so by default a GPT-2
+The paper scores with `lvwerra/distilbert-imdb`; offline there is none (README, "Offline sources"), so by default a GPT-2
 sequence classifier is trained on the train reviews, started from the imdb_small LM's body. A `source` other than
 "scratch" (the paper profile's "lvwerra/distilbert-imdb", or a folder) is only evaluated and saved.
 
 The base_models stage trains it (`python -m pipeline.base_models reward` alone): on a GPU right after the base model
 it starts from, in that model's worker process (its imports and CUDA context ready, and the reviews that model
-pretrained on already tokenized: `cory.tokenizer.encode`), while the other base models still train, so neither a
+pretrained on already tokenized: `cory.tasks.tokenizer.encode`), while the other base models still train, so neither a
 stage of its own (DVC's and Python's start, ~17 s on the GPU machine) nor a GPU left to the larger model's tail is
 paid for it. Like a base model it is a cached unit: its fingerprint hashes its settings, the prepared IMDB
 files, the fingerprint of the model it starts from and the stage's code.
@@ -22,9 +22,12 @@ import hashlib
 import json
 import time
 
-from cory.config import to_dict
-from cory.tracking import FinishedRun, provenance
-from pipeline.common import content_digest, device, out_dir, read_jsonl, section, write_json
+from cory.schema import to_dict
+from cory.tracking.runs import FinishedRun
+from cory.tracking.tags import provenance
+from pipeline.common import content_digest, device, read_jsonl, write_json
+from pipeline.params import section
+from pipeline.paths import out_dir
 from pipeline.params import REWARD, SCRATCH, RewardModelConfig
 
 STAGE = "reward_model"
@@ -33,7 +36,7 @@ STAGE = "reward_model"
 # transformers and the classifier's code are imported where the model is built, in the worker process (as the base
 # models': the stage's own process only checks inputs, fingerprints and starts the workers)
 
-CODE = ("pipeline/reward_model.py", "cory/classifier.py")
+CODE = ("pipeline/reward_model.py", "cory/tasks/classifier.py")
 """The base_models stage's code that only the reward model runs: a change to it leaves the base models current."""
 
 
@@ -49,9 +52,9 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str, digest
     fingerprint); returns (metrics, training record)."""
     import transformers
 
-    from cory.classifier import classifier_accuracy, train_reward_classifier
-    from cory.pretrain import count_parameters, load_pretrained, save_model
-    from cory.tokenizer import load_tokenizer
+    from cory.tasks.classifier import classifier_accuracy, train_reward_classifier
+    from cory.hf import count_parameters, load_pretrained, save_model
+    from cory.tasks.tokenizer import load_tokenizer
 
     data = out_dir(params, "data", "imdb")
     train, validation = read_jsonl(data / "train.jsonl"), read_jsonl(data / "validation.jsonl")

@@ -11,7 +11,7 @@ are `persist: true` in dvc.yaml, so DVC leaves the finished runs in place). Chan
 retrains that group only; changing `runtime.workers` retrains nothing.
 
 Runs go to outputs/<profile>/runs/<group>/<run>/seed<k>/ (histories, samples, configs: small files the report reads),
-their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see cory.experiments); each run logs an
+their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see cory.runs); each run logs an
 MLflow run.
 Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes, drawn from one pool
 across all groups (longest first, see `start_order`) so the GPU never waits for the stragglers of one group before
@@ -34,12 +34,12 @@ from dataclasses import replace
 from pathlib import Path
 
 
-from cory.config import ConfigError, to_dict
-from cory.experiments import Job, TaskConfig, expand_jobs, parse_experiment, run_training
-from pipeline.common import (
-    ROOT, code_digest, content_digest, device, load_params, out_dir, profile, require_device, run_stage, section, seeds,
-    stage_timer, write_json,
-)
+from cory.schema import ConfigError, to_dict
+from cory.runs.config import Job, TaskConfig, expand_jobs, parse_experiment
+from cory.runs.run import run_training
+from pipeline.common import code_digest, content_digest, device, require_device, run_stage, stage_timer, write_json
+from pipeline.params import load_params, section, seeds
+from pipeline.paths import ROOT, out_dir, profile
 from pipeline.gpus import error_line, processes_at_once, run_at_once, visible_gpus
 from pipeline.params import RuntimeConfig
 
@@ -65,7 +65,7 @@ def resolve(params: dict, task_name: str, task: TaskConfig) -> TaskConfig:
 
 def check_prompts(jobs: list[Job]) -> None:
     """Every run's prompt file can fill its batch (checked before any run starts, not when that run's turn comes)."""
-    from cory.experiments import load_queries
+    from cory.runs.run import load_queries
 
     counts = {path: len(load_queries(path)[0]) for path in sorted({j.task.prompts for j in jobs})}
     for job in jobs:
@@ -157,7 +157,7 @@ def finished_summary(job: Job) -> dict | None:
 def plan(jobs: list[Job]) -> tuple[dict[str, dict], list[Job]]:
     """({name: summary} of the finished runs to keep, the jobs to run): a job resumes if its checkpoint carries its
     fingerprint; every other unfinished job starts from nothing (its old folders are deleted)."""
-    from cory.checkpoint import checkpoint_extra
+    from cory.rl.checkpoint import checkpoint_extra
 
     done, todo = {}, []
     for job in jobs:
@@ -193,7 +193,8 @@ def run_job(
     job: Job, profile_name: str, log_every: int, checkpoint_every: int = 0, tasks: dict[str, str] | None = None
 ) -> dict:
     """Train one job under its MLflow run; `tasks` (group -> task name) gives the run's `task` param."""
-    from cory.tracking import run_identity, start_run
+    from cory.tracking.runs import start_run
+    from cory.tracking.tags import run_identity
 
     with start_run(
         "train", to_dict(job.train), run_name=job.name, profile=profile_name, outputs=job.run_dir,
@@ -280,7 +281,7 @@ def main(argv: list[str]) -> None:
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
             if todo and processes > 1:  # processes at once
-                from cory.tracking import open_store, store_exists
+                from cory.tracking.store import open_store, store_exists
 
                 if not store_exists():  # a new store: created here, before the processes that log to it start at once
                     open_store(name)

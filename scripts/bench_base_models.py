@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 
-from pipeline.common import load_params, out_dir
+from pipeline.params import load_params
+from pipeline.paths import out_dir
 
 
 def run_models(params: dict, names: list[str], at_once: bool) -> float:

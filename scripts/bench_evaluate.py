@@ -21,11 +21,13 @@ def save_models(folder: Path, runs: int) -> list[tuple[str, str, Path]]:
     """`runs` random math models (seeds 0..runs-1) saved with the profile's math tokenizer: the stage's run list."""
     import torch
 
-    from cory.mathgen import MathGenConfig, generate_problems, pretraining_texts
-    from cory.pretrain import build_causal_lm, save_model
-    from cory.tokenizer import CORPUS_VOCABULARY
+    from cory.tasks.config import MathGenConfig
+    from cory.tasks.mathgen import generate_problems, pretraining_texts
+    from cory.hf import save_model
+    from cory.tasks.pretrain import build_causal_lm
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY
     from pipeline.base_models import BaseModelConfig, scratch_tokenizer
-    from pipeline.common import load_params, section
+    from pipeline.params import load_params, section
 
     params = load_params()
     base = section(params, "base_models.math", BaseModelConfig)
@@ -47,7 +49,8 @@ def main() -> None:
     parser.add_argument("--mps", action="store_true", help="under a CUDA MPS daemon (runtime.mps)")
     args = parser.parse_args()
 
-    from pipeline.common import device, load_params, section
+    from pipeline.common import device
+    from pipeline.params import load_params, section
     from pipeline.evaluate import evaluate
     from pipeline.params import EvaluateConfig, RuntimeConfig
     from scripts.common import queries_of

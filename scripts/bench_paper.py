@@ -11,7 +11,7 @@ For every run of every experiment group of the params (one eta of a sweep stands
 does not change the cost), it loads the run's base model as its `base_models.<name>.source` names it (a stand-in
 folder or a hub name; no pipeline stage runs first) and the reward model likewise, builds the run's Trainer with its
 resolved train config, and times `--iterations` iterations after one warm-up iteration on queries of the task's kind
-(IMDB-like word openings; math problems from cory.mathgen with 1-token gold answers). Random weights rarely end an
+(IMDB-like word openings; math problems from cory.tasks.mathgen with 1-token gold answers). Random weights rarely end an
 answer early, so every response runs to its drawn length: an upper bound on a trained model's time.
 
 The JSON written to --out holds, per run: model, parameters (total, trainable), batch size, seconds per iteration
@@ -33,7 +33,7 @@ from scripts.common import profile_iteration, queries_of, set_dotted, with_setti
 
 def plan(params: dict, only: list[str]) -> list[tuple[str, str, object]]:
     """(group, run, job) for seed 0 of each run (of one eta per sweep), in params order."""
-    from cory.experiments import expand_jobs, parse_experiment
+    from cory.runs.config import expand_jobs, parse_experiment
 
     chosen = []
     for group in params.get("experiments") or {}:
@@ -63,10 +63,10 @@ def measure(job, params: dict, iterations: int, overrides: dict, device: str, pr
             warmup: int = 1) -> dict:
     import torch
 
-    from cory.experiments import load_lm
-    from cory.rewards import build_reward
-    from cory.tokenizer import load_tokenizer
-    from cory.trainer import Trainer
+    from cory.runs.run import load_lm
+    from cory.tasks.rewards import build_reward
+    from cory.tasks.tokenizer import load_tokenizer
+    from cory.rl.trainer import Trainer
 
     train = with_settings(job.train, overrides)
     model = source_of(params, job.model)
@@ -143,7 +143,7 @@ def combine(params: dict, files: list[str], only: list[str]) -> dict[str, dict]:
 
 def projection(params: dict, runs: dict[str, dict]) -> dict:
     """Wall time of every run x seed (x eta) x train.iterations, one after another."""
-    from cory.experiments import parse_experiment
+    from cory.runs.config import parse_experiment
 
     total, parts = 0.0, {}
     for key, result in runs.items():
@@ -159,7 +159,8 @@ def projection(params: dict, runs: dict[str, dict]) -> dict:
 def main(argv: list[str]) -> None:
     import torch
 
-    from pipeline.common import load_params, profile
+    from pipeline.params import load_params
+    from pipeline.paths import profile
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations per run (after the warm-up)")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from cory.config import ConfigError
+from cory.schema import ConfigError
 from scripts.common import dotted_overrides
 
 GROUP = "variants"
@@ -42,8 +42,8 @@ METRICS = ["task_reward", "probe_task_reward", "kl", "entropy", "policy_clipfrac
 
 def write(group: str, iterations: int | None, seed_list: list[int] | None, runs: list[str],
           evaluate: bool = False, base: str = "") -> dict:
-    from cory.config import merge
-    from pipeline.common import load_params
+    from cory.schema import merge
+    from pipeline.params import load_params
 
     params = load_params()
     if group not in (params.get("experiments") or {}):
@@ -103,9 +103,9 @@ def materialize(params: dict) -> None:
     """Write <checkpoint_dir>/llm1/ from <checkpoint_dir>/resume/ for the variant runs that a time limit stopped."""
     from safetensors.torch import load_model
 
-    from cory.experiments import load_lm
-    from cory.tokenizer import load_tokenizer
-    from pipeline.common import out_dir
+    from cory.runs.run import load_lm
+    from cory.tasks.tokenizer import load_tokenizer
+    from pipeline.paths import out_dir
 
     base = out_dir(params, "models", params["tasks"][params["experiments"][GROUP]["task"]]["model"])
     for resume in sorted(out_dir(params, "checkpoints", GROUP).glob("*/seed*/resume")):
@@ -129,9 +129,11 @@ def drift(params: dict, block: int = 10, n_samples: int = 16) -> None:
     from transformers import AutoModelForCausalLM
 
     from cory.evaluation import evaluate_pass_at_k
-    from cory.experiments import batches, load_queries
-    from cory.tokenizer import load_tokenizer
-    from pipeline.common import device, out_dir, section
+    from cory.runs.run import batches, load_queries
+    from cory.tasks.tokenizer import load_tokenizer
+    from pipeline.common import device
+    from pipeline.params import section
+    from pipeline.paths import out_dir
     from pipeline.params import EvaluateConfig
 
     task = params["tasks"][params["experiments"][GROUP]["task"]]
@@ -189,14 +191,15 @@ def main(argv: list[str]) -> None:
         yaml.safe_dump(write(args.group, args.iterations, args.seeds, args.run, args.evaluate, args.base), sys.stdout,
                        sort_keys=False)
     elif args.command in ("materialize", "drift"):
-        from pipeline.common import load_params
+        from pipeline.params import load_params
 
         if args.command == "drift":
             drift(load_params(), args.block, args.samples)
         else:
             materialize(load_params())
     else:
-        from pipeline.common import load_params, out_dir
+        from pipeline.params import load_params
+        from pipeline.paths import out_dir
 
         summary(Path(args.root) if args.root else out_dir(load_params(), "runs", GROUP))
 

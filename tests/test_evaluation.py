@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from cory.config import ConfigError, from_dict
+from cory.schema import ConfigError, from_dict
 from cory.evaluation import EvalConfig, evaluate_pass_at_k, pass_at_k
-from cory.tokenizer import load_tokenizer
+from cory.tasks.tokenizer import load_tokenizer
 from pipeline.evaluate import (
     EvaluateConfig,
     evaluate,

@@ -8,9 +8,11 @@ import sys
 import pytest
 import yaml
 
-from cory.config import ConfigError, CORYConfig, PPOConfig, TrainConfig, from_dict
-from cory.report import ReportConfig
-from pipeline.common import ROOT, load_params, section
+from cory.rl.config import CORYConfig, PPOConfig, TrainConfig
+from cory.schema import ConfigError, from_dict
+from cory.report.config import ReportConfig
+from pipeline.params import load_params, section
+from pipeline.paths import ROOT
 from pipeline.params import EvaluateConfig, Params, deviations, validate
 from pipeline.profile import render
 
@@ -342,7 +344,7 @@ def test_the_evaluation_prompt_is_the_math_tasks_prompt(default):
 def test_every_run_gets_its_templates_from_its_task_and_its_seed_from_seeds(default):
     tree = validate(default)
     assert isinstance(tree, Params) and tree.seeds == default["seeds"]
-    from cory.experiments import expand_jobs
+    from cory.runs.config import expand_jobs
 
     for group, exp in tree.experiments.items():
         task = tree.tasks[exp.task]

@@ -25,11 +25,13 @@ from cory.claims import (
     reach_iteration,
     verdict,
 )
-from cory.config import ConfigError, from_dict
-from cory.experiments import ExperimentConfig
-from cory.metrics import MetricsWriter, glossary_markdown
-from cory.report import ReportConfig, claim_markdown, decimals, fixed, mean_std, time_table, write_report
-from cory.results import Run, load_inputs
+from cory.schema import ConfigError, from_dict
+from cory.runs.config import ExperimentConfig
+from cory.rl.metrics import MetricsWriter, glossary_markdown
+from cory.report.config import ReportConfig
+from cory.report.markdown import claim_markdown, decimals, fixed, mean_std, time_table
+from cory.report.report import write_report
+from cory.report.results import Run, load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
            "fig_coop_vs_comp", "fig_diversity")
@@ -323,11 +325,11 @@ def test_missing_group_run_seed_or_file_is_one_clear_error(tmp_path):
 
 
 def test_stage_main_on_a_one_seed_three_iteration_tree_writes_every_figure(tmp_path, monkeypatch):
-    import pipeline.common
+    import pipeline.paths
     import pipeline.report
 
     write_fixture(tmp_path / "outputs" / "fixture", seeds=(0,), iterations=3)
-    monkeypatch.setattr(pipeline.common, "ROOT", tmp_path)
+    monkeypatch.setattr(pipeline.paths, "ROOT", tmp_path)
     monkeypatch.setattr(pipeline.report, "ROOT", tmp_path)
     params = {"profile": "fixture", "seeds": [0], "report": {}, "experiments": fixture_experiments(seeds=(0,))}
     monkeypatch.setattr(pipeline.report, "load_params", lambda: params)
@@ -378,7 +380,7 @@ def test_claim_without_common_seeds_is_not_measurable():
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The report reads true (issue 11, item 5)
+# The report reads true
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -553,7 +555,7 @@ def test_time_table_splits_the_time_between_the_stages_where_the_processes_recor
 
 
 def test_a_runs_phase_split_is_a_mean_over_the_seeds_that_recorded_it():
-    from cory.report import phase_split
+    from cory.report.markdown import phase_split
 
     run = Run("g/r", {}, {}, [], {0: 10.0, 1: 12.0})
     assert phase_split(run) == "-"  # written before phases were recorded

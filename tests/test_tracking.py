@@ -10,25 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cory.tracking import (
-    SAMPLES_TABLE,
-    FinishedRun,
-    Tracker,
-    config_hash,
-    flatten,
-    headline_markdown,
-    headline_metrics,
-    log_finished,
-    log_pipeline_run,
-    main_module,
-    read_history,
-    run_identity,
-    samples_table,
-    start_run,
-    store_exists,
-    sync_runs,
-    warm_up,
-)
+from cory.report.pipeline_run import headline_markdown, headline_metrics, log_pipeline_run
+from cory.tracking.restore import read_history, sync_runs
+from cory.tracking.runs import SAMPLES_TABLE, FinishedRun, Tracker, log_finished, samples_table, start_run
+from cory.tracking.store import store_exists, warm_up
+from cory.tracking.tags import config_hash, flatten, main_module, run_identity
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -36,7 +22,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 PARAMS = {"seed": 3, "ppo": {"learning_rate": 1e-5, "generation": {"response_length": [4, 16]}}}
 CONFIG = {**PARAMS, "iterations": 2}
 """A run folder's config.json: a train config has `iterations`."""
-SAMPLES = [  # samples.jsonl of a 2-iteration CORY run (cory.trainer): LLM1 alone, iterations 0 and 1, LLM1 alone
+SAMPLES = [  # samples.jsonl of a 2-iteration CORY run (cory.rl.trainer): LLM1 alone, iterations 0 and 1, LLM1 alone
     {"iteration": -1, "query": "I liked", "pioneer_agent": "llm1", "pioneer_prompt": "I liked",
      "pioneer_response": " it", "pioneer_score": 0.5},
     {"iteration": 0, "query": "The film", "pioneer_agent": "llm1", "pioneer_prompt": "The film",
@@ -549,7 +535,7 @@ def test_a_store_exists_once_mlflow_has_made_its_tables(tmp_path, monkeypatch):
 
 
 def test_a_warm_up_in_a_thread_opens_the_store_and_the_next_client_waits_for_it(tmp_path, monkeypatch):
-    import cory.tracking as tracking
+    from cory.tracking import store as tracking
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'warm.db'}")
     monkeypatch.setattr(tracking, "_WARMING", None)

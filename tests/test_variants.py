@@ -2,8 +2,8 @@
 
 import pytest
 
-from cory.config import ConfigError
-from cory.experiments import expand_jobs, parse_experiment
+from cory.schema import ConfigError
+from cory.runs.config import expand_jobs, parse_experiment
 from scripts.variants import GROUP, write
 
 

@@ -1,0 +1,316 @@
+"""REPORT.md and samples.md as markdown: the verdicts, the setup and time tables, each claim with its numbers, and
+LLM1's generations before and after training (cory.report.report writes them beside the figures). Every number is
+computed from the run files; every verdict comes from a written rule applied by `cory.claims.verdict`.
+
+Conventions: a run's *final* value of a metric is the mean over its last `last_n` iterations, per seed; the tables
+give mean +/- std over seeds (population std, ddof 0, as eval/passk.json), the std to 2 significant digits and the
+mean and per-seed values to the same decimal place (`mean_std`); the figures draw the mean over seeds with a band
+from the lowest to the highest seed, which, unlike mean +/- std, never leaves the range a quantity can take (KL >= 0).
+"CORY" in a claim means each of LLM1 and LLM2, so both copies must show the effect.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from cory.claims import HELD, MIXED, NOT_HELD, NOT_MEASURABLE, Claim
+from cory.report import plots
+from cory.report.config import ReportConfig
+from cory.report.results import SWEEP_TASKS, Inputs, Run
+from cory.schema import dotted_leaves
+from cory.tasks.imdb import TABLE3_QUERIES
+
+
+def _num(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:,}" if isinstance(x, int) else f"{x:.4g}"
+
+
+def _cell(text) -> str:
+    """Text safe in one markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", "⏎ ").strip() or " "
+
+
+def _place(x: float, significant: int) -> int:
+    """Decimal place of x's `significant`-th significant digit (negative: left of the point; x != 0)."""
+    return significant - 1 - math.floor(math.log10(abs(x)))
+
+
+def decimals(mean: float, std: float) -> int:
+    """Decimal places of a mean ± std: the std's 2nd significant digit, but no finer than the mean's 4th (a std of
+    float noise, 1.8e-06 on 3.284, reads "3.284 ± 0.000"); none for equal whole numbers (an iteration, a count)."""
+    if std == 0 and float(mean).is_integer():
+        return 0
+    places = ([_place(std, 2)] if std > 0 else []) + ([_place(mean, 4)] if mean != 0 else [])
+    return min(places) if places else 0
+
+
+def fixed(x: float, places: int) -> str:
+    """x rounded to `places` decimals (to tens, hundreds... if negative); n/a for NaN; never "-0.00"."""
+    if math.isnan(x):
+        return "n/a"
+    return f"{round(x, places) + 0.0:.{max(places, 0)}f}"
+
+
+def mean_std(values: list[float]) -> tuple[str, int]:
+    """("mean ± std (n seeds)", its decimal places) over the finite values: ("n/a", 0) without any; a single value
+    to 4 significant digits."""
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return "n/a", 0
+    mean, std = float(np.mean(values)), float(np.std(values))
+    places = decimals(mean, std)
+    if len(values) == 1:
+        return f"{fixed(mean, places)} (1 seed)", places
+    return f"{fixed(mean, places)} ± {fixed(std, places)} ({len(values)} seeds)", places
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    rows = [f"| {' | '.join(_cell(c) for c in row)} |" for row in rows]
+    return [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *rows]
+
+
+def time_table(timings: list[dict]) -> list[str]:
+    """Each stage's seconds, minutes and share of the stages' total, in the order they ran where they recorded their
+    clock times (the report stage left out: it is still running when it writes this), with its peak host and GPU
+    memory (the stage process's own: a worker's GPU memory is in the runs' table). Where every stage recorded its
+    clock times, two more rows: the time outside the stages' clocks (DVC's hashing and caching, each stage's process
+    start and imports; split in two where the stages also recorded when their processes started, and then counted
+    from the first stage's process start, whose imports are the first stage's cost too) and the span from the first
+    start to the last end."""
+    timings = [t for t in timings if t.get("stage") != "report"]
+    if not timings:
+        return ["(no stage timing files were found)"]
+    total = sum(float(t["seconds"]) for t in timings)
+    clocked = all(t.get("started_at") is not None and t.get("finished_at") is not None for t in timings)
+    if clocked:
+        timings = sorted(timings, key=lambda t: t["started_at"])  # in the order they ran
+    processes = clocked and all(t.get("process_started_at") is not None for t in timings)
+    first_start = min(t["process_started_at" if processes else "started_at"] for t in timings) if clocked else 0.0
+    span = max(t["finished_at"] for t in timings) - first_start if clocked else total
+    memory = lambda t, key: f"{t[key]:.1f}" if t.get(key) is not None else "-"  # noqa: E731
+    row = lambda name, seconds, *rest: [name, f"{seconds:.1f}", f"{seconds / 60:.2f}", f"{seconds / span:.0%}", *rest]  # noqa: E731
+    rows = [row(t["stage"], t["seconds"], memory(t, "peak_rss_gib"), memory(t, "peak_gpu_gib")) for t in timings]
+    if processes:
+        # each stage's process before its timer started; the rest is DVC's (hashing and caching outputs, checking the
+        # next stage) and each process's exit
+        start_up = sum(t["started_at"] - t["process_started_at"] for t in timings)
+        rows += [row("*before and between the stages*", span - total),
+                 row("&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", start_up),
+                 row("&nbsp;&nbsp;*of which DVC and the processes' exit*", span - total - start_up),
+                 row("**first process start to last end**", span)]
+    elif clocked:
+        rows += [row("*between the stages*", span - total), row("**first start to last end**", span)]
+    else:
+        rows += [row("**total**", total)]
+    return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)",
+                   "peak GPU memory of the stage's own process (GiB)"], rows)
+
+
+def setup_markdown(inputs: Inputs) -> list[str]:
+    """Models, reward model, hyperparameters (from the runs' config.json) and the time every stage took."""
+    lines = ["## Setup", "", "### Base models (outputs/<profile>/metrics/base_models/)", ""]
+    keys = ("params", "param_ratio", "val_perplexity", "train_tokens", "epochs", "train_seconds", "peak_gpu_gib")
+    rows = [[name, *(_num(metrics.get(k)) for k in keys)] for name, metrics in inputs.base_models.items()]
+    lines += _table(["model", *keys], rows)
+    lines += ["", "### Reward model (metrics/reward_model.json)", ""]
+    scalars = {k: v for k, v in inputs.reward_model.items() if isinstance(v, (int, float))}
+    lines += _table(["metric", "value"], [[k, _num(v)] for k, v in scalars.items()])
+    configs = {f"{g}/{name}": dotted_leaves(run.config) for g, runs in inputs.runs.items() for name, run in runs.items()}
+    keys = [k for k in next(iter(configs.values())) if k != "seed"]
+    shared = [k for k in keys if len({json.dumps(c.get(k)) for c in configs.values()}) == 1]
+    varying = [k for k in keys if k not in shared]
+    lines += ["", "### Hyperparameters (each run's config.json)", "", "Shared by every IMDB and math run:", ""]
+    lines += _table(["setting", "value"], [[k, json.dumps(configs[next(iter(configs))][k])] for k in shared])
+    lines += ["", "Different between runs:", ""]
+    lines += _table(["setting", *configs], [[k, *(json.dumps(c.get(k)) for c in configs.values())] for k in varying])
+    lines += [""]
+    for task in SWEEP_TASKS:
+        sweep = inputs.sweeps.get(task)
+        if sweep is None:
+            lines += [f"No Pareto sweep of task `{task}`: no experiment group has task {task} and a sweep_eta.", ""]
+            continue
+        etas = sorted(sweep.runs["ppo"])
+        adaptive = dotted_leaves(sweep.runs["ppo"][etas[0]].config).get("ppo.adaptive_kl")
+        lines += [f"The Pareto sweep of task `{task}` (group `{sweep.group}`, seeds {_seed_list(sweep.seeds)}) repeats "
+                  f"PPO and CORY at η = ppo.init_kl_coef in {{{', '.join(f'{e:g}' for e in etas)}}} "
+                  f"(ppo.adaptive_kl = {json.dumps(adaptive)}).", ""]
+    lines += ["### Time", "", "Stage wall time (outputs/<profile>/metrics/timing/; the report stage not included; "
+              "DVC's own hashing and caching and each stage's process start are outside every stage's time, and in the row "
+              "'before and between the stages' where the stages recorded their clock times and their processes' "
+              "starts; DVC's own start before the first stage's process and its end after the last are in no row. "
+              "`base_models`, `train` and, on a GPU, `evaluate` run their models in worker processes: "
+              "the base models' peak GPU memory is in their table above, the runs' in the table below, the "
+              "evaluation workers' is not recorded):", ""]
+    lines += time_table(inputs.timings)
+    lines += ["", "Wall time and peak GPU memory of each training run (summary.json; the train stage runs "
+              "runtime.workers of them at once on each GPU it sees), and where the time went (its `phase_seconds`, "
+              "mean over the seeds that recorded it: the training iterations; LLM1's logged samples and probes; the "
+              "resume checkpoints; the rest: loading the models, logging, saving):", ""]
+    swept = [by_eta for sweep in inputs.sweeps.values() for by_eta in sweep.runs.values()]
+    every_run = [run for group in (*inputs.runs.values(), *swept) for run in group.values()]
+    rows = [[run.name, mean_std(list(run.wall_time_s.values()))[0], phase_split(run),
+             mean_std(list(run.peak_gpu_memory_gib.values()))[0]] for run in every_run]
+    header = ["run", "seconds", "iterations / samples and probes / checkpoints / rest (s)", "peak GPU memory (GiB)"]
+    return lines + _table(header, rows) + [""]
+
+
+PHASE_COLUMNS = {"iterations": ("iterations",), "samples and probes": ("samples", "probes"),
+                 "checkpoints": ("checkpoints",)}
+"""The report's split of a run's phase_seconds (cory.runs.run.run_training); every other phase is "rest"."""
+
+
+def phase_split(run: Run) -> str:
+    """"iterations / samples and probes / checkpoints / rest" in seconds, each the mean over the seeds that recorded
+    phases; "-" for a run without any (written before they were recorded)."""
+    if not run.phase_seconds:
+        return "-"
+    listed = {name for names in PHASE_COLUMNS.values() for name in names}
+
+    def mean(keep) -> float:  # over the seeds, of the phases `keep` selects
+        return float(np.mean([sum(v for name, v in phases.items() if keep(name)) for phases in run.phase_seconds.values()]))
+
+    parts = [mean(lambda name, names=names: name in names) for names in PHASE_COLUMNS.values()]
+    return " / ".join(f"{x:.1f}" for x in (*parts, mean(lambda name: name not in listed)))
+
+
+def deviations_markdown(cfg: ReportConfig) -> list[str]:
+    """The profile's own account of where it departs from the paper's settings (params report.deviations)."""
+    if not cfg.deviations:
+        return []
+    lines = ["### Changes from the paper's settings (params `report.deviations`)", "",
+             "Each applies to PPO and CORY alike unless it says otherwise.", ""]
+    return lines + _table(["setting", "why"], [[f"`{k}`", v] for k, v in cfg.deviations.items()]) + [""]
+
+
+VERDICT_RULE = (
+    f"Each claim has a rule on per-seed quantities. The rule is applied to every seed and to the mean over the seeds "
+    f"where every quantity could be computed: **{HELD}** = it holds on the means and on every seed; **{NOT_HELD}** = "
+    f"it holds on neither the means nor any seed; **{MIXED}** = anything in between, including a rule that could be "
+    f"applied on some seeds only; **{NOT_MEASURABLE}** = on no seed could every quantity be computed (e.g. a slope "
+    "over a run too short to have one). Each claim's table gives the mean ± std over those seeds (the std to 2 "
+    "significant digits, the mean and per-seed values to the same decimal place) and every seed's value (n/a: could "
+    "not be computed). With one seed, held/did not hold say only what that seed did."
+)
+
+
+def _seed_list(seeds: list) -> str:
+    return ", ".join(map(str, seeds))
+
+
+def verdict_line(claim: Claim) -> str:
+    """The verdict with what it was read from: the seeds the rule holds on, those it could not be applied to, and
+    its outcome on the means."""
+    holds = claim.holds()
+    agreeing = [s for s, ok in holds.items() if ok]
+    unmeasured = [s for s, ok in holds.items() if ok is None]
+    parts = [f"the rule holds on {len(agreeing)}/{len(holds)} seeds"
+             + (f": {_seed_list(agreeing)}" if agreeing else "")]
+    if unmeasured:
+        parts.append(f"could not be applied on seed{'s' * (len(unmeasured) > 1)} {_seed_list(unmeasured)} (n/a below)")
+    on_means = claim.holds_on_means()
+    if on_means is not None and len(holds) > 1:
+        outcome = "holds" if on_means else "does not hold"
+        parts.append(f"{outcome} on the means over seeds {_seed_list(claim.measured_seeds)}")
+    return f"- **Verdict: {claim.verdict}** ({'; '.join(parts)})"
+
+
+def figure_link(claim: Claim) -> str:
+    """A markdown link to the claim's figure; "none" for a claim with nothing to draw (a sweep params lack)."""
+    return f"[{claim.figure}]({claim.figure})" if claim.figure else "none"
+
+
+def claim_markdown(number: int, claim: Claim) -> list[str]:
+    """The paper's statement, the rule, the verdict and every quantity (mean +/- std over the measured seeds, and
+    per seed)."""
+    lines = [f"### {number}. {claim.paper}", "", f"Figure: {figure_link(claim)}", "",
+             f"- **Rule:** {claim.rule}", verdict_line(claim), ""]
+    measured = set(claim.measured_seeds)
+    rows = []
+    for label, values in claim.quantities.items():
+        # None: a model trained once (the base model), the same value for every seed
+        seeds = [s for s in claim.seeds if s in values] or [s for s in (None,) if s in values]
+        spread, places = mean_std([float(values[s]) for s in seeds if s in measured or s is None])
+        if spread == "n/a":  # no measured seed: each value still shown, to its own 4 significant digits
+            places = mean_std([float(values[s]) for s in seeds])[1]
+        per_seed = ", ".join(f"{'-' if s is None else s}: {fixed(float(values[s]), places)}" for s in seeds)
+        rows.append([label, spread, per_seed])
+    return lines + _table(["quantity", "mean ± std", "per seed"], rows) + [""]
+
+
+def notes_markdown(notes: str | None) -> list[str]:
+    """The maintainers' notes on this run (profiles/notes/<profile>.md): which verdicts changed since the previous
+    committed run, and why. The numbers and verdicts above and below are computed; these words are not."""
+    if not notes or not notes.strip():
+        return []
+    return ["## Since the previous committed run (maintainers' notes, profiles/notes/)", "", notes.strip(), ""]
+
+
+def report_markdown(
+    inputs: Inputs, claims: list[Claim], cfg: ReportConfig, profile: str, captions: dict[str, str],
+    notes: str | None = None,
+) -> str:
+    seeds = inputs.runs["imdb"]["ppo"].seeds
+    iterations = {group: sorted({len(h) for run in runs.values() for h in run.histories.values()})
+                  for group, runs in inputs.runs.items()}
+    per_group = ", ".join(f"{group} {'-'.join(map(str, counts))}" for group, counts in iterations.items())
+    lines = [
+        f"# CORY reproduction report (profile `{profile}`)", "",
+        f"Generated by `python -m pipeline.report` from outputs/{profile}/; every number and verdict below is computed "
+        "from those files (rules: cory/claims.py). Do not edit by hand.", "",
+        f"Seeds: {', '.join(map(str, seeds))}. Iterations per run: {per_group}. A run's *final* "
+        f"value is the mean over its last {cfg.last_n} iterations; ± is the std over seeds (ddof 0). In the figures, "
+        f"lines and points are means over seeds and bands and error bars span the {plots.BAND}, so a band never "
+        "leaves the range a quantity can take (KL >= 0). "
+        "Metric definitions: [METRICS.md](METRICS.md); generations before and after training: "
+        "[samples.md](samples.md).",
+        "", "## Verdicts", "", VERDICT_RULE, "",
+        *_table(["#", "claim (paper)", "figure", "verdict"],
+                [[i, c.paper, figure_link(c), f"**{c.verdict}**"] for i, c in enumerate(claims, 1)]),
+        "", *notes_markdown(notes), *setup_markdown(inputs), *deviations_markdown(cfg), "## Claims", "",
+    ]
+    for i, claim in enumerate(claims, 1):
+        lines += claim_markdown(i, claim)
+    lines += ["## Figures", ""]
+    for name in sorted(captions):  # paper order: 2c, 3, 4, 5, 6
+        lines += [f"![{name}]({name}.png)", "", f"*{captions[name]}*", ""]
+    return "\n".join(lines)
+
+
+def _llm1_generation(row: dict) -> tuple[str, float, str]:
+    """(response, score, role) of LLM1 in one samples.jsonl row, whichever role it played."""
+    role = "pioneer" if row.get("pioneer_agent", "llm1") == "llm1" else "observer"
+    return row[f"{role}_response"], row[f"{role}_score"], role
+
+
+def _pick(rows: list[dict], n: int) -> list[dict]:
+    """The paper's Table 3 snippets first (if a run logged them), then the rows in order."""
+    first = [r for r in rows if r["query"].strip().startswith(TABLE3_QUERIES)]
+    return (first + [r for r in rows if r not in first])[:n]
+
+
+def samples_markdown(inputs: Inputs, cfg: ReportConfig) -> str:
+    """The Table 3 analogue: LLM1's generations at the first iteration (the base model) and the last one."""
+    lines = ["# Generations before and after RL fine-tuning (the paper's Table 3 analogue)", "",
+             "Each run logs LLM1 used alone (pioneer prompt) on the same fixed queries before training (iteration -1: "
+             "the base model) and after its last iteration; for IMDB these are the paper's Table 3 snippets.", ""]
+    for name, rows in inputs.base_samples.items():
+        lines += [f"## Base model `{name}` (samples/base_models/{name}.json)", ""]
+        rows = [[row["prompt"], row["continuation"]] for row in rows[: cfg.samples]]
+        lines += _table(["prompt", "continuation"], rows) + [""]
+    for group, name in (("imdb", "ppo"), ("imdb", "cory"), ("math", "ppo"), ("math", "cory")):
+        run = inputs.runs[group][name]
+        seed = run.seeds[0]
+        iterations = sorted({r["iteration"] for r in run.samples})
+        lines += [f"## {run.name} (seed {seed}), LLM1", ""]
+        table = []
+        for it, when in ((iterations[0], "before"), (iterations[-1], "after")):
+            for row in _pick([r for r in run.samples if r["iteration"] == it], cfg.samples):
+                response, score, role = _llm1_generation(row)
+                table.append([f"{when} (iteration {it})", role, row["query"], response, _num(float(score))])
+        lines += _table(["when", "role", "query", "LLM1 response", "task reward"], table) + [""]
+    return "\n".join(lines)

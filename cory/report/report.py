@@ -1,0 +1,45 @@
+"""The reproduction report, reports/<profile>/: the paper's figures, REPORT.md, samples.md, METRICS.md, claims.json.
+
+`write_report` loads every run (cory.report.results), tests each claim of the paper (cory.claims), draws the figures
+(cory.report.figures) and writes the markdown (cory.report.markdown). Every number in the report is computed from
+the run files; every verdict comes from a written rule applied by `cory.claims.verdict`, never from hand-written text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from cory.claims import Claim, build_claims
+from cory.report import plots
+from cory.report.config import ReportConfig
+from cory.report.figures import draw_figures
+from cory.report.markdown import report_markdown, samples_markdown
+from cory.report.results import load_inputs
+from cory.rl.metrics import glossary_markdown
+from cory.runs.config import ExperimentConfig
+
+
+def write_report(
+    outputs: Path, reports: Path, cfg: ReportConfig, experiments: dict[str, ExperimentConfig],
+    seeds: list[int] | None, profile: str, notes: str | None = None,
+) -> list[Claim]:
+    """Read outputs/<profile>/ (the groups and seeds that `experiments` and `seeds` of params name,
+    cory.report.results.load_inputs) and write reports/<profile>/: the figures, REPORT.md, samples.md, METRICS.md and
+    claims.json (each claim's verdict and mean quantities, for `dvc metrics`/diffs)."""
+    inputs = load_inputs(outputs, experiments, seeds)
+    claims = build_claims(inputs, cfg)  # every quantity is computed (and every missing column found) before drawing
+    reports.mkdir(parents=True, exist_ok=True)
+    figures = draw_figures(inputs, cfg)
+    for name, (figure, _) in figures.items():
+        plots.save(figure, reports / f"{name}.png")
+    captions = {name: caption for name, (_, caption) in figures.items()}
+    (reports / "REPORT.md").write_text(report_markdown(inputs, claims, cfg, profile, captions, notes))
+    (reports / "samples.md").write_text(samples_markdown(inputs, cfg))
+    (reports / "METRICS.md").write_text(glossary_markdown())
+    # NaN is not JSON: None keeps the file readable by DVC.
+    summary = {c.key: {"verdict": c.verdict, "means": {k: None if math.isnan(v) else v for k, v in c.means().items()}}
+               for c in claims}
+    (reports / "claims.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return claims
