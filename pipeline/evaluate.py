@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from cory.schema import ConfigError, to_dict
-from cory.evaluation import evaluate_pass_at_k
+from cory.tasks.evaluation import evaluate_pass_at_k
 from cory.tracking.runs import FinishedRun, log_finished
 from cory.tracking.store import warm_up
 from pipeline.common import device, read_jsonl, require_device, run_stage, stage_timer, write_json
@@ -118,7 +118,7 @@ def prepare(
 
 def evaluate_one(name: str, seed: str, folder: Path, cfg: EvaluateConfig, questions: list[str], answers: list[str],
                  on: str) -> tuple[str, str, dict]:
-    """Pass@k of one model run: (name, seed key, its result as cory.evaluation gives it). Runs in a worker process of
+    """Pass@k of one model run: (name, seed key, its result as cory.tasks.evaluation gives it). Runs in a worker process of
     its own where the runs are evaluated at once; the sampling is seeded per run (evaluation.seed), so either way
     gives the same numbers."""
     from transformers import AutoModelForCausalLM

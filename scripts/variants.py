@@ -128,7 +128,7 @@ def drift(params: dict, block: int = 10, n_samples: int = 16) -> None:
     import numpy as np
     from transformers import AutoModelForCausalLM
 
-    from cory.evaluation import evaluate_pass_at_k
+    from cory.tasks.evaluation import evaluate_pass_at_k
     from cory.runs.run import batches, load_queries
     from cory.tasks.tokenizer import load_tokenizer
     from pipeline.common import device

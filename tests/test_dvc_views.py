@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cory.claims import final_value
+from cory.report.claims import final_value
 from cory.schema import dotted_leaves
 from cory.report.dvc_views import write_views
 from smoke import clean_env, sh

@@ -6,7 +6,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from cory.schema import ConfigError, from_dict
-from cory.evaluation import EvalConfig, evaluate_pass_at_k, pass_at_k
+from cory.tasks.evaluation import EvalConfig, evaluate_pass_at_k, pass_at_k
 from cory.tasks.tokenizer import load_tokenizer
 from pipeline.evaluate import (
     EvaluateConfig,

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cory.claims import (
+from cory.report.claims import (
     HELD,
     MIXED,
     NOT_HELD,

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cory.claims import final_value
+from cory.report.claims import final_value
 from cory.report.results import SWEEP_TASKS, Inputs, Run, Sweep
 
 CURVE_METRICS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2", "entropy", "response_length")

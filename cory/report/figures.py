@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cory.claims import COMBINED, ETA_SOURCE, eta_text, final_value, partner_coef, smooth
+from cory.report.claims import COMBINED, ETA_SOURCE, eta_text, final_value, partner_coef, smooth
 from cory.report import plots
 from cory.report.config import ReportConfig
 from cory.report.results import SWEEP_TASKS, Inputs, Run, Sweep

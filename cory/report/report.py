@@ -1,8 +1,8 @@
 """The reproduction report, reports/<profile>/: the paper's figures, REPORT.md, samples.md, METRICS.md, claims.json.
 
-`write_report` loads every run (cory.report.results), tests each claim of the paper (cory.claims), draws the figures
+`write_report` loads every run (cory.report.results), tests each claim of the paper (cory.report.claims), draws the figures
 (cory.report.figures) and writes the markdown (cory.report.markdown). Every number in the report is computed from
-the run files; every verdict comes from a written rule applied by `cory.claims.verdict`, never from hand-written text.
+the run files; every verdict comes from a written rule applied by `cory.report.claims.verdict`, never from hand-written text.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from cory.claims import Claim, build_claims
+from cory.report.claims import Claim, build_claims
 from cory.report import plots
 from cory.report.config import ReportConfig
 from cory.report.figures import draw_figures
