@@ -4,6 +4,7 @@ tokenizer with one clear error offline, saving a model, counting its parameters,
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,18 +28,26 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+"""What a Hugging Face hub name looks like (gpt2-large, lvwerra/distilbert-imdb)."""
+
+
 def load_pretrained(loader, name_or_path: str, setting: str, **kwargs):
-    """`loader(name_or_path, **kwargs)` (a `from_pretrained`, or `load_tokenizer`), or one error naming `setting` and
-    how to work offline."""
+    """`loader(name_or_path, **kwargs)` (a `from_pretrained`, or `load_tokenizer`), or one ConfigError naming
+    `setting` (a dotted setting, or what is loaded) and how to work offline: a local folder that cannot be loaded, a
+    hub name while the hub is unreachable, or a path that is neither."""
     try:
         return loader(name_or_path, **kwargs)
     except (OSError, ValueError) as exc:  # missing files / no hub: OSError; a folder without model_type: ValueError
         if Path(name_or_path).exists():
             raise ConfigError(f"{setting}: {name_or_path}: the local folder cannot be loaded ({exc})") from None
-        raise ConfigError(
-            f"{setting}: {name_or_path!r} is not a local folder, and the Hugging Face hub is unreachable (or has no "
-            f"such model). Offline, use 'scratch' or a folder written by save_pretrained."
-        ) from None
+        if _HUB_NAME.fullmatch(name_or_path):
+            raise ConfigError(
+                f"{setting}: {name_or_path!r} is not a local folder, and the Hugging Face hub is unreachable (or has "
+                f"no such model). Offline, point at a local folder written by save_pretrained (or, where the setting "
+                f"offers it, use 'scratch')."
+            ) from None
+        raise ConfigError(f"{setting}: {name_or_path!r}: no such local folder") from None
 
 
 def save_model(model, tokenizer, directory: str | Path) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import difflib
+import hashlib
+import json
 import types
 import typing
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Callable, Literal, TypeVar, get_args, get_origin
 
 
 T = TypeVar("T")
@@ -143,12 +145,22 @@ def dotted_leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def merge(base: dict[str, Any], override: dict[str, Any] | None) -> dict[str, Any]:
-    """Deep-merge `override` into a copy of `base` (mappings merge, everything else replaces)."""
+def merge(base: dict[str, Any], override: dict[str, Any] | None,
+          replaces: Callable[[dict], bool] = lambda mapping: False) -> dict[str, Any]:
+    """Deep-merge `override` into a copy of `base` (mappings merge, everything else replaces; so does a mapping for
+    which `replaces` is true: a profile's `!replace`)."""
     out = dict(base)
     for key, value in (override or {}).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+        if isinstance(value, dict) and not replaces(value) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value, replaces)
         else:
             out[key] = value
     return out
+
+
+def digest(obj: Any, length: int | None = None) -> str:
+    """The sha256 of `obj` as canonical JSON (keys sorted, no spaces, tuples as lists, anything else by its str), as
+    hex digits, the first `length` of them if given: the one hash of a config or a unit's inputs (its fingerprint)."""
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    digits = hashlib.sha256(canonical.encode()).hexdigest()
+    return digits if length is None else digits[:length]

@@ -26,8 +26,6 @@ outputs/<profile>/samples/base_models/<name>.json (sampled continuations, to rea
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
 import sys
@@ -41,21 +39,14 @@ from cory.tracking.runs import FinishedRun, log_finished
 from cory.tracking.store import warm_up
 from cory.tracking.tags import provenance
 from pipeline import reward_model as reward
-from pipeline.common import (
-    code_digest,
-    content_digest,
-    device,
-    process_started_at,
-    read_jsonl,
-    require_device,
-    run_stage,
-    stage_timer,
-    write_json,
-)
-from pipeline.params import load_params, section
-from pipeline.paths import out_dir, profile
+from pipeline.common import device, process_started_at, read_jsonl, require_device, run_stage, stage_timer, write_json
 from pipeline.gpus import error_line, run_at_once, visible_gpus
-from pipeline.params import REWARD, SCRATCH, BaseModelConfig, RewardModelConfig, RuntimeConfig
+from pipeline.params import Params, load_params
+from pipeline.paths import out_dir
+from pipeline.sections import REWARD, SCRATCH, BaseModelConfig
+from pipeline.units import code_digest, content_digest
+from pipeline.units import digest as unit_digest
+from pipeline.units import is_current as recorded
 
 
 # transformers and the model code (cory.tasks.pretrain, cory.tasks.tokenizer) are imported where a model is built, in the worker
@@ -63,7 +54,7 @@ from pipeline.params import REWARD, SCRATCH, BaseModelConfig, RewardModelConfig,
 # before they start (transformers' import, on the GPU machine).
 
 
-def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[str], list[str], list[str]]:
+def corpus_texts(name: str, cfg: BaseModelConfig, params: Params) -> tuple[list[str], list[str], list[str]]:
     """(train texts, validation texts, sample prompts) of the model's corpus, read from the data stages' files."""
     if cfg.corpus == "imdb":
         data = out_dir(params, "data", "imdb")
@@ -92,7 +83,7 @@ def scratch_tokenizer(cfg: BaseModelConfig, train: list[str]):
     return corpus_vocabulary(train) if cfg.tokenizer == CORPUS_VOCABULARY else load_tokenizer(cfg.tokenizer)
 
 
-def parameter_count(name: str, params: dict) -> int:
+def parameter_count(name: str, params: Params) -> int:
     """Parameters of base model `name` as its params describe it, built on the meta device (no memory, no training)."""
     import transformers
 
@@ -100,7 +91,7 @@ def parameter_count(name: str, params: dict) -> int:
     from cory.tasks.pretrain import build_causal_lm
     from cory.tasks.tokenizer import CORPUS_VOCABULARY
 
-    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    cfg = params.base_models[name]
     if cfg.source == SCRATCH:
         texts = corpus_texts(name, cfg, params)[0] if cfg.tokenizer == CORPUS_VOCABULARY else []
         tokenizer = scratch_tokenizer(cfg, texts)
@@ -111,7 +102,7 @@ def parameter_count(name: str, params: dict) -> int:
         return count_parameters(transformers.AutoModelForCausalLM.from_config(config))
 
 
-def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str, digest: str | None = None
+def build_base_model(name: str, cfg: BaseModelConfig, params: Params, device: str, digest: str | None = None
                      ) -> tuple[dict, dict, list[dict]]:
     """Train (or load) model `name` and save it with its tokenizer and training record (which keeps `digest`, its fingerprint);
     returns (metrics, training record, samples)."""
@@ -158,35 +149,32 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str,
     return metrics, record, samples
 
 
-def fingerprint(name: str, params: dict) -> str:
+def fingerprint(name: str, params: Params) -> str:
     """What base model `name` depends on, hashed: its settings (and those of the model its parameter ratio compares it
     with), its corpus's prepared files by content, and the code this stage runs."""
-    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    cfg = params.base_models[name]
     other = cfg.compare_params_with
     parts = {
         "name": name,
         "config": to_dict(cfg),
-        "compare": to_dict(section(params, f"base_models.{other}", BaseModelConfig)) if other else None,
+        "compare": to_dict(params.base_models[other]) if other else None,
         "corpus": content_digest(str(out_dir(params, "data", cfg.corpus))),
         "code": code_digest("base_models", leave_out=reward.CODE),
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return unit_digest(parts)
 
 
-def is_current(name: str, params: dict, digest: str) -> bool:
-    """Whether model `name`'s outputs are all there and were made from what it depends on now (`digest`)."""
-    record = out_dir(params, "models", name, "training.json")
+def is_current(name: str, params: Params, fingerprint: str) -> bool:
+    """Whether model `name`'s outputs are all there and were made from what it depends on now (`fingerprint`)."""
     outputs = [out_dir(params, kind, "base_models", f"{name}.json") for kind in ("metrics", "samples")]
-    if not (record.is_file() and all(path.is_file() for path in outputs)):
-        return False
-    return json.loads(record.read_text()).get("fingerprint") == digest
+    return recorded(out_dir(params, "models", name, "training.json"), outputs, fingerprint)
 
 
-def train_one(name: str, digest: str, params: dict) -> FinishedRun:
+def train_one(name: str, digest: str, params: Params) -> FinishedRun:
     """Train (or load) base model `name` and write its outputs; returns its MLflow run, which the stage's process
     logs (log_finished). Runs in a worker process of its own when the models train at once."""
     entered, process_started = time.time(), process_started_at()
-    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    cfg = params.base_models[name]
     cuda = device() == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -205,7 +193,7 @@ def train_one(name: str, digest: str, params: dict) -> FinishedRun:
                                    metrics)
 
 
-def reward_inputs(params: dict, training: set[str]) -> None:
+def reward_inputs(params: Params, training: set[str]) -> None:
     """The reward model's input files, before any model trains: the prepared IMDB reviews, and the base model it
     starts from unless that one is among `training` (the names this run trains)."""
     for split in ("train", "validation"):
@@ -218,7 +206,7 @@ def reward_inputs(params: dict, training: set[str]) -> None:
                                 f"too: python -m pipeline.base_models {first} {REWARD})")
 
 
-def fingerprints(names: list[str], params: dict) -> dict[str, str]:
+def fingerprints(names: list[str], params: Params) -> dict[str, str]:
     """{name: fingerprint} of base models and, where `names` holds REWARD, the reward model (its fingerprint holds
     that of the base model it starts from)."""
     digests = {name: fingerprint(name, params) for name in names if name != REWARD}
@@ -229,11 +217,11 @@ def fingerprints(names: list[str], params: dict) -> dict[str, str]:
     return digests
 
 
-def current(name: str, params: dict, digest: str) -> bool:
+def current(name: str, params: Params, digest: str) -> bool:
     return reward.is_current(params, digest) if name == REWARD else is_current(name, params, digest)
 
 
-def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool = True
+def train_in_turn(units: list[tuple[str, str]], params: Params, raise_first: bool = True
                   ) -> tuple[dict[str, str], list[FinishedRun]]:
     """Train `units` ([(name, fingerprint)]) one after another in this process (a base model, then the reward model
     that starts from it: in the process whose imports, CUDA context and tokenized reviews, `cory.tasks.tokenizer.encode`,
@@ -259,7 +247,7 @@ def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool 
     return failed, runs
 
 
-def in_turns(todo: dict[str, str], params: dict) -> list[list[tuple[str, str]]]:
+def in_turns(todo: dict[str, str], params: Params) -> list[list[tuple[str, str]]]:
     """The models `todo` ({name: fingerprint}) in the turns they train in: each alone, but the reward model right
     after the base model it starts from, where both train."""
     first = reward.prerequisite(params)
@@ -268,7 +256,7 @@ def in_turns(todo: dict[str, str], params: dict) -> list[list[tuple[str, str]]]:
             for name, digest in todo.items() if not (chained and name == REWARD)]
 
 
-def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
+def train_all(todo: dict[str, str], params: Params) -> dict[str, str]:
     """Train the models `todo` ({name: fingerprint}, the reward model after the base model it starts from); returns
     {name: error} of those that failed (the others finish). On a GPU the turns (`in_turns`) run at once, one process
     each, spread over the visible GPUs (under an MPS daemon where several share one: runtime.mps); on a CPU, or one
@@ -282,10 +270,10 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
         ended = [train_in_turn(units, params, raise_first=False) for units in turns]
         errors: dict[str, str] = {}
     else:
-        runtime = section(params, "runtime", RuntimeConfig)
+        runtime = params.runtime
         # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-        warm_up(profile(params))
+        warm_up(params.profile)
         calls = {units[0][0]: (train_in_turn, (units, params)) for units in turns}
         ended, errors = run_at_once(calls, len(calls), gpus, runtime.mps, "base_models")
     failed = {name: error for later, _ in ended for name, error in later.items()}  # a turn's later units
@@ -295,11 +283,11 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
             failed[first] = errors[first]
             failed.update({name: f"not run: {first} failed" for name, _ in units[1:]})
     for run in sorted((run for _, runs in ended for run in runs), key=lambda run: run.started_at):
-        log_finished(run, profile(params))
+        log_finished(run, params.profile)
     for name, error in failed.items():
         if not error.startswith("not run:"):
             log_finished(FinishedRun(unit_stage(name), unit_config(name, params), str(out_dir(params, "models", name)),
-                                     started, time.time(), status="FAILED"), profile(params))
+                                     started, time.time(), status="FAILED"), params.profile)
     return failed
 
 
@@ -308,18 +296,18 @@ def unit_stage(name: str) -> str:
     return reward.STAGE if name == REWARD else f"base_model@{name}"
 
 
-def unit_config(name: str, params: dict) -> dict:
+def unit_config(name: str, params: Params) -> dict:
     """The settings unit `name` logs as its MLflow params."""
     if name == REWARD:
-        return to_dict(section(params, "reward_model", RewardModelConfig))
-    return to_dict(section(params, f"base_models.{name}", BaseModelConfig))
+        return to_dict(params.reward_model)
+    return to_dict(params.base_models[name])
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     params = load_params()
     require_device(params)
-    names = list(params.get("base_models") or {}) + [REWARD]
+    names = list(params.base_models) + [REWARD]
     unknown = [name for name in argv if name not in names]
     if unknown:
         raise SystemExit(f"usage: python -m pipeline.base_models [NAME ...], each NAME one of base_models: "
@@ -327,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     wanted = [name for name in names if name in argv] if argv else names  # the reward model after its base model
     for name in wanted:  # every corpus file each model reads, before any model trains
         if name != REWARD:
-            corpus_texts(name, section(params, f"base_models.{name}", BaseModelConfig), params)
+            corpus_texts(name, params.base_models[name], params)
     digests = fingerprints(wanted, params)
     todo = {name: digest for name, digest in digests.items() if not current(name, params, digest)}
     if REWARD in wanted and reward.prerequisite(params) in todo:

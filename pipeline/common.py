@@ -1,20 +1,16 @@
 """What every stage script shares: running a stage, the CPU threads, the device checks, small file writers and the
-stage timer."""
+stage timer. `params` is always the typed tree, pipeline.params.Params (this module is below it: params imports it)."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from cory.schema import ConfigError
-from pipeline.paths import ROOT, out_dir, profile
+from pipeline.paths import out_dir
 
 
 def limit_cpu_threads() -> None:
@@ -105,7 +101,7 @@ class stage_timer:
     seconds), when its process started (the time before the start is the process's own: Python, imports, the checks
     before the stage's work) and its peak memory (the report's time table)."""
 
-    def __init__(self, params: dict[str, Any], stage: str):
+    def __init__(self, params, stage: str):
         self.path = out_dir(params, "metrics", "timing", f"{stage.replace('@', '-')}.json")
         self.stage = stage
 
@@ -143,7 +139,7 @@ def driver_sees_gpu() -> bool:
     return driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
 
 
-def require_device(params: dict[str, Any], computes: bool = True) -> None:
+def require_device(params, computes: bool = True) -> None:
     """Stop a stage at its start when the profile needs a GPU (`runtime.device: cuda`) and torch sees none, or, for
     a stage that does not compute (`computes` false: the data stages, which never import torch), the NVIDIA driver
     sees none; a GPU that the driver sees and torch cannot use stops the first stage that computes.
@@ -152,8 +148,7 @@ def require_device(params: dict[str, Any], computes: bool = True) -> None:
     the first base model alone also outgrew a 24 GB machine). Stages call this before they read or write anything,
     and their committed metrics are `persist: true` in dvc.yaml, so the failed `dvc repro` leaves every result as it
     was. The report stage does not call it: it rebuilds the figures from run files on any machine."""
-    runtime = params.get("runtime") or {}
-    if runtime.get("device", "auto") != "cuda":
+    if params.runtime.device != "cuda":
         return
     if computes:
         import torch
@@ -163,44 +158,8 @@ def require_device(params: dict[str, Any], computes: bool = True) -> None:
         seen, who = driver_sees_gpu(), "the NVIDIA driver"
     if not seen:
         raise ConfigError(
-            f"runtime.device: the {profile(params)!r} profile needs a CUDA GPU and {who} sees none (its RL runs are "
+            f"runtime.device: the {params.profile!r} profile needs a CUDA GPU and {who} sees none (its RL runs are "
             "sized for a GPU: about 10 minutes on one H100, days on this CPU). On a machine without a GPU run the "
             "smoke profile: `python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway, set "
-            f"runtime.device: auto in profiles/{profile(params)}.yaml."
+            f"runtime.device: auto in profiles/{params.profile}.yaml."
         )
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# What a cached unit of work (a run, a base model) depends on, hashed: a stage keeps the units whose hash is unchanged
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def _digest(h, path: Path) -> None:
-    """Feed a file, or every file of a folder (names and contents, in sorted order), into hash `h`."""
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        h.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
-        with open(file, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                h.update(block)
-
-
-@functools.cache  # one stage run hashes each folder once, however many runs read it
-def content_digest(path_or_name: str) -> str:
-    """sha256 of a local file or folder's content; a hub name (no such local path) stands for itself."""
-    path = Path(path_or_name)
-    if not path.exists():
-        return f"name:{path_or_name}"
-    h = hashlib.sha256()
-    _digest(h, path)
-    return h.hexdigest()
-
-
-def code_digest(stage: str, leave_out: tuple[str, ...] = ()) -> str:
-    """sha256 of the code `stage` runs: its deps in dvc.yaml that are files of the repo (no ${profile} outputs), but
-    those in `leave_out` (code that only some of the stage's units run)."""
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    h = hashlib.sha256()
-    for dep in sorted(d for d in stages[stage]["deps"] if "${" not in d and d not in leave_out):
-        _digest(h, ROOT / dep)
-    return h.hexdigest()

@@ -20,28 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
-from cory.schema import ConfigError, to_dict
+from cory.schema import to_dict
 from cory.tasks.evaluation import evaluate_pass_at_k
 from cory.tracking.runs import FinishedRun, log_finished
 from cory.tracking.store import warm_up
 from pipeline.common import device, read_jsonl, require_device, run_stage, stage_timer, write_json
-from pipeline.params import load_params, section
-from pipeline.paths import out_dir, profile
+from pipeline.params import load_params
+from pipeline.paths import out_dir
 from pipeline.gpus import processes_at_once, run_at_once, visible_gpus
-from pipeline.params import EvaluateConfig, RuntimeConfig
+from pipeline.sections import EvaluateConfig, RuntimeConfig
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
-
-
-def training_seeds(params: dict) -> list[int]:
-    """The top-level `seeds`: the training seeds, substituted for "{seed}" in the model folders."""
-    seeds = params.get("seeds")
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-        raise ConfigError(f"seeds: must be a non-empty list of integers, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds: has duplicates: {seeds}")
-    return seeds
 
 
 def model_runs(cfg: EvaluateConfig, seeds: list[int], root: Path) -> list[tuple[str, str, Path]]:
@@ -175,30 +165,30 @@ def main() -> None:
     params = load_params()
     require_device(params)
     with stage_timer(params, "evaluate"):
-        cfg = section(params, "evaluation", EvaluateConfig)
+        cfg = params.evaluation
         eval_dir = out_dir(params, "eval")
         test_path = out_dir(params, "data", "math", "test.jsonl")
-        seeds = training_seeds(params)
+        seeds = params.seeds  # the training seeds, substituted for "{seed}" in the model folders
         runs, questions, answers = prepare(cfg, seeds, test_path, out_dir(params))
-        runtime = section(params, "runtime", RuntimeConfig)
+        runtime = params.runtime
         # The stage's MLflow run is logged once the models are evaluated; where worker processes evaluate them, this
         # process imports MLflow and opens the store meanwhile (warm_up), instead of before they start.
         run = FinishedRun("evaluate", {**to_dict(cfg), "seeds": seeds}, str(eval_dir), time.time(), 0.0)
         if processes_for(runs, device(), runtime) > 1:
-            warm_up(profile(params))
+            warm_up(params.profile)
         try:
             passk, details = evaluate(cfg, runs, questions, answers, device(), runtime)
         except BaseException as exc:
             run.status = "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
             run.ended_at = time.time()
-            log_finished(run, profile(params))
+            log_finished(run, params.profile)
             raise
         write_json(eval_dir / "passk.json", passk)
         write_json(eval_dir / "details.json", details)
         # step = k, so MLflow draws each model's pass@k curve (Fig. 5) as a metric history
         run.steps = [(k, passk_metrics(passk, k)) for k in cfg.ks]
         run.artifacts, run.ended_at = [str(eval_dir / "passk.json")], time.time()
-        log_finished(run, profile(params))
+        log_finished(run, params.profile)
 
 
 if __name__ == "__main__":

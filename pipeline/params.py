@@ -6,7 +6,9 @@ settings; the library's sections are in cory.rl.config, cory.tasks.config, cory.
 setting by its dotted path. `validate` then checks what no single section can: names that refer to other entries
 (base models, tasks, runs), lengths against model sizes, every run x seed of every experiment group resolved, the
 model folders pass@k evaluates, and the runs and models the report reads. It imports no stage module and no torch,
-so it is quick and has no side effects; every stage calls it first (load_params).
+so it is quick and has no side effects; every stage calls it first: `load_params()` returns the typed tree, and
+the stages read their settings from it (with the settings FILLED from elsewhere in place, and every run x seed of
+every group resolved once, `Params.jobs`).
 
 One source per setting: a setting that is filled from somewhere else may not be written in params. The train block
 of a run gets its `seed` from `seeds` and its templates from its task (cory.runs.config.expand_jobs rejects them in
@@ -20,19 +22,31 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import yaml
 
 from cory.report.config import ReportConfig
 from cory.report.results import check_report_inputs
 from cory.rl.config import TrainConfig
-from cory.runs.config import ExperimentConfig, TaskConfig, expand_jobs
-from cory.schema import ConfigError, check, from_dict, merge, section_path
-from cory.tasks.config import ClassifierConfig, EvalConfig, IMDBDataConfig, LMConfig, MathDataConfig, PretrainConfig
+from cory.runs.config import ExperimentConfig, Job, TaskConfig, expand_jobs
+from cory.schema import ConfigError, check, from_dict, merge
 from pipeline.paths import ROOT, check_profile, shown
+from pipeline.sections import (
+    REWARD, SCRATCH, BaseModelConfig, DataConfig, EvaluateConfig, RewardModelConfig, RuntimeConfig,
+)
 
-T = TypeVar("T")
+
+PROFILES = ROOT / "profiles"
+
+
+DEVIATIONS = PROFILES / "deviations.yaml"
+"""Why each profile's settings differ from the paper's: prose, so kept out of params (report.deviations)."""
+
+
+EVAL_TASK = "math"
+"""The task whose test problems and prompt pass@k uses (the evaluate stage reads data/math/test.jsonl)."""
+
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -79,194 +93,28 @@ def read_yaml(path: str | os.PathLike, loader: type[yaml.SafeLoader] = StrictLoa
         raise ConfigError(f"{shown(path)}: not a YAML file ({' '.join(str(exc).split())})") from None
 
 
-def load_params(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file.
 
-    The whole tree is validated first (pipeline.params), so a typo anywhere stops every stage before it starts.
+def params_path(path: str | os.PathLike | None = None) -> Path:
+    """The params file: `path`, else $CORY_PARAMS, else params.yaml at the project root."""
+    return Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
+
+
+def load_params(path: str | os.PathLike | None = None) -> Params:
+    """The typed params tree of `params_path(path)`, validated as a whole, so a typo anywhere stops every stage
+    before it starts.
+
     params.yaml is a working copy: `python -m pipeline.profile NAME` writes it from profiles/, and it may be edited
     (by hand or by `dvc exp run -S key=value`) like any params file; only its content is checked."""
-    path = Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
+    path = params_path(path)
     if not path.is_file():
         raise ConfigError(f"{shown(path)}: params file not found")
     params = read_yaml(path)
     if not isinstance(params, dict):
         raise ConfigError(f"{shown(path)}: must hold a mapping of settings, got {type(params).__name__}")
     try:
-        validate(params)
+        return validate(params)
     except ConfigError as exc:
         raise ConfigError(f"{shown(path)}: {exc}") from None
-    return params
-
-
-def section(params: dict[str, Any], dotted: str, cls: type[T]) -> T:
-    """Validate and build the section at `dotted` (e.g. "data.imdb") as dataclass `cls`, with the settings that
-    come from elsewhere filled in (pipeline.params.FILLED: e.g. the evaluation prompt is the math task's)."""
-    node: Any = params
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{dotted}: section missing from params.yaml")
-        node = node[part]
-    if isinstance(node, dict):
-        node = merge(node, filled(params, dotted))
-    return from_dict(cls, node, dotted)
-
-
-def seeds(params: dict[str, Any]) -> list[int]:
-    """The top-level `seeds` list every training and evaluation stage shares."""
-    return check_seeds(params.get("seeds"))
-
-
-SCRATCH = "scratch"
-"""`source` of a model trained here from random init (base models, the reward classifier)."""
-
-
-PROFILES = ROOT / "profiles"
-
-
-DEVIATIONS = PROFILES / "deviations.yaml"
-"""Why each profile's settings differ from the paper's: prose, so kept out of params (report.deviations)."""
-
-
-EVAL_TASK = "math"
-"""The task whose test problems and prompt pass@k uses (the evaluate stage reads data/math/test.jsonl)."""
-
-
-@dataclass
-class RuntimeConfig:
-    """How stages use the machine."""
-
-    workers: int = 1
-    """Training runs executed at once on each GPU (parallel processes sharing it; without a GPU, in all); 1 runs
-    them one after another (on each GPU)."""
-    executor: Literal["local", "ray"] = "local"
-    """Where the train stage's runs execute: "local", a pool of processes on this machine; "ray", one Ray task per
-    run on the cluster that $RAY_ADDRESS names (unset: a local Ray instance), each asking for 1/workers of a GPU
-    (one CPU where the cluster has no GPU). Ray workers import this repository's code and write the run folders at
-    the same paths, so a cluster needs it on a shared filesystem."""
-    mps: bool = False
-    """With `workers` > 1 on a GPU, run the train stage's local worker processes under CUDA MPS (the train stage starts a private
-    `nvidia-cuda-mps-control` daemon for its duration and stops it after): the kernels of the processes sharing a GPU
-    then run at the same time instead of taking turns, which a small model's small kernels leave room for (one H100,
-    8 processes: math CORY throughput 2.53x -> 4.29x one process, IMDB CORY 4.90x -> 6.37x; scripts/bench_speed.sh).
-    Without the daemon's program, or where it cannot start, the stage says so and runs without it. On a machine
-    where an MPS daemon of its own already serves the GPUs, set it false (the runs then use that one)."""
-    log_every: int = 1
-    """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
-    checkpoint_every: int = 10
-    """Save each RL run's whole training state every this many iterations, so a killed run resumes (0: never)."""
-    device: Literal["auto", "cuda"] = "auto"
-    """Where stages compute: "cuda" requires a GPU and every stage stops at its start without one (a profile sized
-    for a GPU would run for days on a CPU); "auto" uses a GPU when torch sees one."""
-
-    def __post_init__(self) -> None:
-        path = section_path("runtime")
-        check(self.workers >= 1, f"{path}.workers", f"must be >= 1, got {self.workers}")
-        check(self.log_every >= 1, f"{path}.log_every", f"must be >= 1, got {self.log_every}")
-        check(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
-
-
-@dataclass
-class DataConfig:
-    """The data sets (a prepare stage each)."""
-
-    imdb: IMDBDataConfig
-    """IMDB reviews and the RL prompts cut from them."""
-    math: MathDataConfig
-    """Math word problems: pretraining, RL and test splits."""
-
-
-@dataclass
-class BaseModelConfig:
-    """One base language model (params `base_models.<name>`)."""
-
-    corpus: Literal["imdb", "math"]
-    """Training text: "imdb" (data/imdb train and validation reviews) or "math" (data/math/pretrain.jsonl problems)."""
-    source: str = SCRATCH
-    """"scratch" trains a GPT-2 of shape `lm` from random init; a hub name (gpt2-large) or folder is saved as it is."""
-    tokenizer: str = "offline-gpt2"
-    """Tokenizer of a scratch model (a loaded source brings its own): "offline-gpt2" (GPT-2's BPE), a hub name or folder,
-    or "offline-gpt2:corpus": GPT-2's BPE cut down to the tokens of the model's training texts (the same pieces, an
-    output layer of the corpus' size: ~2,000 rows for the generated math problems instead of 50,257)."""
-    holdout: int = 0
-    """math corpus: problems of pretrain.jsonl held out for validation perplexity (imdb has its validation split)."""
-    slip_rate: float = 0.0
-    """math corpus: share of the pretraining solutions whose final step slips (answer off by 1-3; validation, RL and
-    test problems never slip): a base that is usually right but unsure, which a correctness reward can improve."""
-    lm: LMConfig = field(default_factory=LMConfig)
-    """Shape of a scratch model."""
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-    """Training of a scratch model."""
-    compare_params_with: str | None = None
-    """Another base model's name: metrics `param_ratio` = this model's parameters / that model's."""
-    samples: int = 8
-    """Prompts continued in the samples file (IMDB: the Table 3 snippets, then review openings; math: held-out questions)."""
-    sample_tokens: int = 32
-    """New tokens per sample."""
-
-    def __post_init__(self) -> None:
-        path = section_path("base_models.<name>")
-        check(
-            (self.holdout > 0) == (self.corpus == "math"),
-            f"{path}.holdout",
-            f"must be > 0 for the math corpus and 0 for imdb (it has a validation split), got {self.holdout}",
-        )
-        check(0.0 <= self.slip_rate < 1.0, f"{path}.slip_rate", f"must be in [0, 1), got {self.slip_rate}")
-        check(self.slip_rate == 0.0 or self.corpus == "math", f"{path}.slip_rate", "applies to the math corpus only")
-        check(self.samples >= 0, f"{path}.samples", f"must be >= 0, got {self.samples}")
-        check(self.sample_tokens > 0, f"{path}.sample_tokens", f"must be > 0, got {self.sample_tokens}")
-
-
-REWARD = "reward"
-"""The reward model's name in the base_models stage, which trains it with the base models: its folder models/reward,
-its unit in `python -m pipeline.base_models reward`."""
-
-
-@dataclass
-class RewardModelConfig:
-    """The sentiment reward model (params `reward_model`)."""
-
-    source: str = SCRATCH
-    """"scratch" trains a GPT-2 classifier here; a hub name (lvwerra/distilbert-imdb) or folder is used as is."""
-    init_from: str | None = "imdb_small"
-    """scratch: the base model (outputs/<profile>/models/<name>) whose body starts the classifier; null = random init."""
-    tokenizer: str = "offline-gpt2"
-    """Tokenizer of a classifier trained with init_from null (otherwise the base model's own is used)."""
-    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
-    """Training (scratch) and evaluation lengths."""
-
-    def __post_init__(self) -> None:
-        path = section_path("reward_model")
-        check(
-            self.source == SCRATCH or self.init_from is None,
-            f"{path}.init_from",
-            f"only applies to source: scratch (source is {self.source!r}); set it to null",
-        )
-
-
-@dataclass(kw_only=True)
-class EvaluateConfig(EvalConfig):
-    """The evaluate stage (params `evaluation`): pass@k settings, the prompt, and the models to evaluate."""
-
-    prompt_template: str
-    """The pioneer prompt of training, "{query}" standing for the question. Filled from tasks.math.prompt_template
-    (FILLED): params may not set it, so pass@k always asks in the words the math runs trained on."""
-    models: dict[str, str]
-    """Model name -> its folder, relative to outputs/<profile>/ (or absolute); "{seed}" is replaced by each seed.
-    A relative folder names what the pipeline writes: models/<base model> or
-    checkpoints/<group>/<run>/seed{seed}/<llm1|llm2> of a group that saves its models."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        path = section_path("evaluation")
-        check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
-        check(len(self.models) > 0, f"{path}.models", "must name at least one model")
-        for name, folder in self.models.items():
-            try:
-                folder.format(seed=0)
-            except (KeyError, IndexError, ValueError) as exc:
-                raise ConfigError(
-                    f'{path}.models.{name}: only "{{seed}}" may appear in braces, got {folder!r} ({exc!r})'
-                ) from None
 
 
 @dataclass
@@ -290,10 +138,14 @@ class Params:
     """Experiment groups by name: runs x seeds of one task (the train stage's units)."""
     evaluation: EvaluateConfig
     report: ReportConfig
+    jobs: dict[str, list[Job]] = field(default_factory=dict, init=False, repr=False)
+    """Every (run, seed) of every experiment group, resolved and validated once (`validate`): run folders relative to
+    outputs/<profile>/ (runs/..., checkpoints/...), task and model by the names params give them."""
 
     def __post_init__(self) -> None:
         check_profile(self.profile)
         check_seeds(self.seeds)
+
 
 
 def check_seeds(value: Any) -> list[int]:
@@ -302,6 +154,11 @@ def check_seeds(value: Any) -> list[int]:
     check(len(set(value)) == len(value), "seeds", f"must not repeat a seed, got {value!r}")
     return value
 
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Settings filled from elsewhere
+# --------------------------------------------------------------------------------------------------------------------
 
 FILLED = {
     "evaluation.prompt_template": f"tasks.{EVAL_TASK}.prompt_template",
@@ -345,6 +202,11 @@ def with_filled(params: dict) -> dict:
     return {key: merge(value, filled(params, key)) if isinstance(value, dict) else value
             for key, value in params.items()}
 
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Checks across sections
+# --------------------------------------------------------------------------------------------------------------------
 
 def check_base_model_name(name: Any, key: str, tree: Params) -> None:
     check(name in tree.base_models, key, f"no base model {name!r} (known: {', '.join(tree.base_models)})")
@@ -414,17 +276,15 @@ def check_tasks(tree: Params) -> None:
 def check_experiments(tree: Params, raw: dict) -> dict[str, list]:
     """Every run x seed of every group, resolved and validated (cory.runs.config.expand_jobs); returns group -> jobs.
 
-    Each layer of overrides is checked where it is written first (the group's train block, then each run's), so that
-    an error names a key the reader can find."""
+    A group's train block is checked on its own first, so that an error in it names the key where it is written;
+    each run's config is built once, by expand_jobs (its errors name the run)."""
     jobs = {}
     for group, exp in tree.experiments.items():
         check(exp.task in tree.tasks, f"experiments.{group}.task",
               f"unknown task {exp.task!r} (known: {', '.join(tree.tasks)})")
-        group_train = merge(raw["train"], exp.train)
-        from_dict(TrainConfig, group_train, f"experiments.{group}.train")
-        for name, spec in exp.runs.items():
-            from_dict(TrainConfig, merge(group_train, spec.train), f"experiments.{group}.runs.{name}.train")
-        jobs[group] = expand_jobs(group, exp, tree.tasks[exp.task], raw["train"], tree.seeds, Path("runs"))
+        from_dict(TrainConfig, merge(raw["train"], exp.train), f"experiments.{group}.train")
+        jobs[group] = expand_jobs(group, exp, tree.tasks[exp.task], raw["train"], tree.seeds, Path("runs"),
+                                  Path("checkpoints"))
     return jobs
 
 
@@ -464,7 +324,7 @@ def validate(params: dict) -> Params:
     """The typed tree; one ConfigError naming the first wrong setting if any."""
     if not isinstance(params, dict):
         raise ConfigError(f"params: must be a mapping of settings, got {type(params).__name__}")
-    sections = [f.name for f in fields(Params)]
+    sections = [f.name for f in fields(Params) if f.init]
     for key in params:
         check(key in sections, str(key), f"unknown top-level setting (known: {', '.join(sections)})")
     for key in sections:
@@ -477,6 +337,7 @@ def validate(params: dict) -> Params:
     jobs = check_experiments(tree, raw)
     check_evaluation(tree, jobs)
     check_report_inputs(jobs, tree.evaluation.models, tree.experiments)
+    tree.jobs = jobs
     return tree
 
 

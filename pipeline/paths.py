@@ -27,10 +27,7 @@ def check_profile(name: Any) -> str:
     return name
 
 
-def profile(params: dict[str, Any]) -> str:
-    return check_profile(params.get("profile"))
-
-
-def out_dir(params: dict[str, Any], *parts: str) -> Path:
-    """outputs/<profile>/<parts...>: each profile writes under its own folder, so profiles never mix."""
-    return ROOT / "outputs" / profile(params) / Path(*parts)
+def out_dir(params, *parts: str) -> Path:
+    """outputs/<profile>/<parts...> of `params` (pipeline.params.Params): each profile writes under its own folder, so
+    profiles never mix."""
+    return ROOT / "outputs" / params.profile / Path(*parts)

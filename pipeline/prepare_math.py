@@ -20,7 +20,7 @@ from cory.tasks.config import MathDataConfig
 from cory.tasks.mathgen import generate_problems
 from cory.tasks.rewards import gsm8k_answer
 from pipeline.common import require_device, run_stage, stage_timer, write_json, write_jsonl
-from pipeline.params import load_params, section
+from pipeline.params import load_params
 from pipeline.paths import ROOT, out_dir
 
 SPLITS = ("pretrain", "rl", "test")
@@ -111,7 +111,7 @@ def main() -> None:
     params = load_params()
     require_device(params, computes=False)
     with stage_timer(params, "prepare_math"):
-        cfg = section(params, "data.math", MathDataConfig)
+        cfg = params.data.math
         splits = prepare_math(cfg)
         out = out_dir(params, "data", "math")
         for name in SPLITS:

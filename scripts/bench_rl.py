@@ -38,26 +38,24 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     vocabulary has: other words would split into bytes and make its prompts longer than its positions)."""
     from cory.tasks.classifier import build_classifier
     from cory.tasks.config import ClassifierConfig
-    from cory.runs.config import expand_jobs, parse_experiment
     from cory.hf import save_model
     from cory.tasks.pretrain import build_causal_lm
     from cory.tasks.rewards import build_reward
     from cory.tasks.tokenizer import CORPUS_VOCABULARY
-    from pipeline.base_models import BaseModelConfig, scratch_tokenizer
+    from pipeline.base_models import scratch_tokenizer
     from pipeline.common import device
-    from pipeline.params import load_params, section
+    from pipeline.params import load_params
 
     params = load_params()  # params.yaml, or $CORY_PARAMS
-    exp, task = parse_experiment(params, group)
-    job = next(j for j in expand_jobs(group, exp, task, params["train"], [0], work) if j.run == run)
+    job = min((j for j in params.jobs[group] if j.run == run), key=lambda j: j.seed != 0)  # seed 0 where it runs
+    task = job.task
     train = with_settings(job.train, dotted_overrides(variant))  # over the group's own settings too
-    base = section(params, f"base_models.{job.model}", BaseModelConfig)
+    base = params.base_models[job.model]
     texts = []
     if base.tokenizer == CORPUS_VOCABULARY:  # the generated problems stand in for the stage's prepared corpus
-        from cory.tasks.config import MathGenConfig
         from cory.tasks.mathgen import generate_problems, pretraining_texts
 
-        problems = generate_problems(MathGenConfig(**params["data"]["math"]["generator"]))["pretrain"]
+        problems = generate_problems(params.data.math.generator)["pretrain"]
         texts = pretraining_texts(problems, slip_rate=base.slip_rate)
     tokenizer = scratch_tokenizer(base, texts)  # the base-model stage's choice
     shape = base.lm

@@ -21,8 +21,7 @@ import torch
 from cory.tasks.pretrain import build_causal_lm, compiled_loss, train_step
 from cory.tasks.training import adamw, setup, sync, warmup_cosine
 from cory.tasks.config import LMConfig, PretrainConfig
-from pipeline.params import load_params, section
-from pipeline.params import BaseModelConfig
+from pipeline.params import load_params
 
 GPT2_VOCAB = 50257
 
@@ -105,7 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("profile_pretrain: needs a GPU (the profile's base models are sized for one)")
-    cfg = section(load_params(), f"base_models.{args.model}", BaseModelConfig)
+    cfg = load_params().base_models[args.model]
     pre = cfg.pretrain
     print(f"profile_pretrain: {args.model} (vocabulary {args.vocab}) on {torch.cuda.get_device_name()}: "
           f"{pre.batch_tokens // pre.seq_len} x {pre.seq_len} tokens a step in {pre.micro_batches} micro-batches, "

@@ -8,6 +8,7 @@ last ones (marked smoke) run the smoke profile through `dvc repro` in a copy of 
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -228,7 +229,10 @@ def test_dvc_exp_run_sets_a_param_and_exp_show_compares_it_with_the_workspace(cl
     # report.tolerance is not written in params.yaml (its default applies): DVC adds such a leaf with "+KEY=VALUE".
     out = sh("dvc", "exp", "run", "-S", "report.last_n=2", "-S", "+report.tolerance=2e-5", "-n", "last2", cwd=repo,
              env=env)
-    assert "Running stage 'report'" in out and "Running stage 'train'" not in out
+    # the train stage reads report.last_n too (each summary's final values): it keeps every run, retraining none
+    assert "Running stage 'report'" in out
+    assert re.search(r"\[train\] (\d+) runs: \1 finished with the same fingerprint \(kept\), 0 to resume, 0 to train", out)
+    assert json.loads((repo / "outputs/smoke/runs/imdb/ppo/seed0/summary.json").read_text())["last_n"] == 2
     assert "tolerance: 2e-05" in (repo / "params.yaml").read_text()
     table = list(csv.reader(sh("dvc", "exp", "show", "--csv", "--only-changed", cwd=repo, env=env).splitlines()))
     header, rows = table[0], table[1:]

@@ -16,9 +16,9 @@ from pipeline.evaluate import (
     passk_metrics,
     prepare,
     summarise,
-    training_seeds,
 )
-from pipeline.params import RuntimeConfig
+from pipeline.params import check_seeds
+from pipeline.sections import RuntimeConfig
 
 QUESTIONS = ["q0: 2+2?", "q1: 3+3?", "q2: 1+0?"]
 ANSWERS = ["4", "So 3+3=6.\n#### 6", "1"]
@@ -148,10 +148,11 @@ def test_stage_config_errors_name_the_setting():
 
 
 def test_training_seeds_are_checked():
-    assert training_seeds({"seeds": [0, 1]}) == [0, 1]
+    """The evaluate stage's seeds are params' (checked with the whole tree, once)."""
+    assert check_seeds([0, 1]) == [0, 1]
     for bad in (None, [], [0, 0], [0, "1"], 3):
         with pytest.raises(ConfigError, match="^seeds: "):
-            training_seeds({"seeds": bad})
+            check_seeds(bad)
 
 
 def test_model_runs_expand_seeds(tmp_path):

@@ -2,6 +2,7 @@ import json
 import math
 import re
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,8 @@ from cory.report.claims import (
 )
 from cory.schema import ConfigError, from_dict
 from cory.runs.config import ExperimentConfig
-from cory.rl.metrics import MetricsWriter, glossary_markdown
+from cory.report.markdown import glossary_markdown
+from cory.rl.metrics import MetricsWriter
 from cory.report.config import ReportConfig
 from cory.report.markdown import claim_markdown, decimals, fixed, mean_std, time_table
 from cory.report.report import write_report
@@ -253,7 +255,7 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     write_fixture(outputs)
     cfg = ReportConfig(deviations={"ppo.batch_size": "128 | not 256: time"})
     experiments = experiments_of(fixture_experiments())
-    claims = {c.key: c for c in write_report(outputs, reports, cfg, experiments, None, "fixture")}
+    claims = {c.key: c for c in write_report(outputs, reports, cfg, experiments, None, "fixture")[1]}
     assert {key: c.verdict for key, c in claims.items() if c.verdict != HELD} == {}
     assert claims["pareto"].seeds == [0, 1, 2] and claims["pareto_math"].seeds == [0, 1]  # the math sweep's own seeds
     kl = claims["imdb_kl_ratio"].means()
@@ -331,7 +333,8 @@ def test_stage_main_on_a_one_seed_three_iteration_tree_writes_every_figure(tmp_p
     write_fixture(tmp_path / "outputs" / "fixture", seeds=(0,), iterations=3)
     monkeypatch.setattr(pipeline.paths, "ROOT", tmp_path)
     monkeypatch.setattr(pipeline.report, "ROOT", tmp_path)
-    params = {"profile": "fixture", "seeds": [0], "report": {}, "experiments": fixture_experiments(seeds=(0,))}
+    params = SimpleNamespace(profile="fixture", seeds=[0], report=ReportConfig(),  # the sections the stage reads
+                             experiments=experiments_of(fixture_experiments(seeds=(0,))))
     monkeypatch.setattr(pipeline.report, "load_params", lambda: params)
     pipeline.report.main()
     reports = tmp_path / "reports" / "fixture"
@@ -362,7 +365,7 @@ def test_a_profile_without_a_sweep_still_gets_a_report_whose_frontier_claim_is_n
         write_fixture(tmp_path / "with_imdb", seeds=(0, 1), iterations=6)
         shutil.copytree(tmp_path / "with_imdb" / "runs" / "pareto", outputs / "runs" / "pareto")
     experiments = experiments_of(fixture_experiments(seeds=(0, 1), sweeps=sweeps))
-    claims = {c.key: c for c in write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")}
+    claims = {c.key: c for c in write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")[1]}
     assert claims["pareto_math"].verdict == NOT_MEASURABLE and claims["pareto_math"].figure == ""
     assert (claims["pareto"].verdict == NOT_MEASURABLE) == ("imdb" not in sweeps)
     assert not (reports / "fig2c_pareto_math.png").exists()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cory.schema import ConfigError
 from cory.tasks.rewards import (
     MathReward,
     SentimentReward,
@@ -173,9 +174,9 @@ def test_sentiment_reward_positive_index(tiny_classifier):
 
 
 def test_sentiment_reward_unloadable_models(tmp_path, hub_offline):
-    with pytest.raises(OSError, match="no such local folder"):
+    with pytest.raises(ConfigError, match="^sentiment classifier: .*: no such local folder"):
         SentimentReward(str(tmp_path / "missing" / "classifier"))
-    with pytest.raises(OSError, match="the local folder cannot be loaded"):
+    with pytest.raises(ConfigError, match="the local folder cannot be loaded"):
         SentimentReward(str(tmp_path))
-    with pytest.raises(OSError, match="hub is unreachable.*point at a local folder"):
+    with pytest.raises(ConfigError, match="hub is unreachable.*point at a local folder"):
         SentimentReward("lvwerra/distilbert-imdb")

@@ -16,7 +16,8 @@ dvc.yaml), so `dvc metrics show|diff` and `dvc plots show|diff` work in a fresh 
     curves/passk.csv             Fig. 5: one row per k, a column per evaluated model
 
 Every value is the mean over seeds; a *final* value is the mean over a run's last `report.last_n` iterations, as in
-REPORT.md. Per-seed values stay in the run folders, REPORT.md and eval/passk.json.
+REPORT.md: `final` is the one definition of the headline numbers, which the MLflow parent run shows too
+(`run_finals`). Per-seed values stay in the run folders, REPORT.md and eval/passk.json.
 """
 
 from __future__ import annotations
@@ -65,6 +66,21 @@ def final(run: Run, key: str, last_n: int) -> float | None:
     """The final value (mean over the last last_n iterations), mean over seeds; None if no seed has one."""
     values = [v for v in run.per_seed(key, lambda y: final_value(y, last_n)).values() if math.isfinite(v)]
     return _round(float(np.mean(values))) if values else None
+
+
+def run_finals(inputs: Inputs, last_n: int) -> dict[str, float]:
+    """Each run's final task reward and KL per model (`final`, the mean over seeds), the sweeps' runs included, as
+    "headline/<group>.<run>.<llm>.<metric>": the metrics of the MLflow parent run (cory.report.pipeline_run)."""
+    runs = [run for group in inputs.runs.values() for run in group.values()]
+    runs += [run for sweep in inputs.sweeps.values() for run in sweep_runs(sweep).values()]
+    finals = {}
+    for run in runs:
+        for who in (who for who in models_of(run) if who.startswith("llm")):
+            for metric in HEADLINE_METRICS:
+                value = final(run, f"{who}/{metric}", last_n)
+                if value is not None:
+                    finals[f"headline/{run.name.replace('/', '.')}.{who}.{metric}"] = value
+    return dict(sorted(finals.items()))
 
 
 def curves_table(runs: dict[str, Run]) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from cory.report.claims import HELD, MIXED, NOT_HELD, NOT_MEASURABLE, Claim
 from cory.report import plots
 from cory.report.config import ReportConfig
 from cory.report.results import SWEEP_TASKS, Inputs, Run
+from cory.rl.metrics import AGENT_METRICS, EVAL_METRICS, IDENTITIES, IDENTITY_ONLY_METRICS, ROLES, RUN_METRICS
 from cory.schema import dotted_leaves
 from cory.tasks.imdb import TABLE3_QUERIES
 
@@ -69,7 +70,9 @@ def mean_std(values: list[float]) -> tuple[str, int]:
     return f"{fixed(mean, places)} ± {fixed(std, places)} ({len(values)} seeds)", places
 
 
-def _table(header: list[str], rows: list[list]) -> list[str]:
+def table(header: list[str], rows: list[list]) -> list[str]:
+    """The lines of a markdown table: the header, its rule, and each row's cells made safe (`_cell`). The one table
+    builder of the report, METRICS.md and the MLflow parent run's description."""
     rows = [f"| {' | '.join(_cell(c) for c in row)} |" for row in rows]
     return [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}", *rows]
 
@@ -107,7 +110,7 @@ def time_table(timings: list[dict]) -> list[str]:
         rows += [row("*between the stages*", span - total), row("**first start to last end**", span)]
     else:
         rows += [row("**total**", total)]
-    return _table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)",
+    return table(["stage", "seconds", "minutes", "share", "peak host memory (GiB)",
                    "peak GPU memory of the stage's own process (GiB)"], rows)
 
 
@@ -116,18 +119,18 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     lines = ["## Setup", "", "### Base models (outputs/<profile>/metrics/base_models/)", ""]
     keys = ("params", "param_ratio", "val_perplexity", "train_tokens", "epochs", "train_seconds", "peak_gpu_gib")
     rows = [[name, *(_num(metrics.get(k)) for k in keys)] for name, metrics in inputs.base_models.items()]
-    lines += _table(["model", *keys], rows)
+    lines += table(["model", *keys], rows)
     lines += ["", "### Reward model (metrics/reward_model.json)", ""]
     scalars = {k: v for k, v in inputs.reward_model.items() if isinstance(v, (int, float))}
-    lines += _table(["metric", "value"], [[k, _num(v)] for k, v in scalars.items()])
+    lines += table(["metric", "value"], [[k, _num(v)] for k, v in scalars.items()])
     configs = {f"{g}/{name}": dotted_leaves(run.config) for g, runs in inputs.runs.items() for name, run in runs.items()}
     keys = [k for k in next(iter(configs.values())) if k != "seed"]
     shared = [k for k in keys if len({json.dumps(c.get(k)) for c in configs.values()}) == 1]
     varying = [k for k in keys if k not in shared]
     lines += ["", "### Hyperparameters (each run's config.json)", "", "Shared by every IMDB and math run:", ""]
-    lines += _table(["setting", "value"], [[k, json.dumps(configs[next(iter(configs))][k])] for k in shared])
+    lines += table(["setting", "value"], [[k, json.dumps(configs[next(iter(configs))][k])] for k in shared])
     lines += ["", "Different between runs:", ""]
-    lines += _table(["setting", *configs], [[k, *(json.dumps(c.get(k)) for c in configs.values())] for k in varying])
+    lines += table(["setting", *configs], [[k, *(json.dumps(c.get(k)) for c in configs.values())] for k in varying])
     lines += [""]
     for task in SWEEP_TASKS:
         sweep = inputs.sweeps.get(task)
@@ -156,7 +159,7 @@ def setup_markdown(inputs: Inputs) -> list[str]:
     rows = [[run.name, mean_std(list(run.wall_time_s.values()))[0], phase_split(run),
              mean_std(list(run.peak_gpu_memory_gib.values()))[0]] for run in every_run]
     header = ["run", "seconds", "iterations / samples and probes / checkpoints / rest (s)", "peak GPU memory (GiB)"]
-    return lines + _table(header, rows) + [""]
+    return lines + table(header, rows) + [""]
 
 
 PHASE_COLUMNS = {"iterations": ("iterations",), "samples and probes": ("samples", "probes"),
@@ -184,7 +187,7 @@ def deviations_markdown(cfg: ReportConfig) -> list[str]:
         return []
     lines = ["### Changes from the paper's settings (params `report.deviations`)", "",
              "Each applies to PPO and CORY alike unless it says otherwise.", ""]
-    return lines + _table(["setting", "why"], [[f"`{k}`", v] for k, v in cfg.deviations.items()]) + [""]
+    return lines + table(["setting", "why"], [[f"`{k}`", v] for k, v in cfg.deviations.items()]) + [""]
 
 
 VERDICT_RULE = (
@@ -239,7 +242,7 @@ def claim_markdown(number: int, claim: Claim) -> list[str]:
             places = mean_std([float(values[s]) for s in seeds])[1]
         per_seed = ", ".join(f"{'-' if s is None else s}: {fixed(float(values[s]), places)}" for s in seeds)
         rows.append([label, spread, per_seed])
-    return lines + _table(["quantity", "mean ± std", "per seed"], rows) + [""]
+    return lines + table(["quantity", "mean ± std", "per seed"], rows) + [""]
 
 
 def notes_markdown(notes: str | None) -> list[str]:
@@ -269,7 +272,7 @@ def report_markdown(
         "Metric definitions: [METRICS.md](METRICS.md); generations before and after training: "
         "[samples.md](samples.md).",
         "", "## Verdicts", "", VERDICT_RULE, "",
-        *_table(["#", "claim (paper)", "figure", "verdict"],
+        *table(["#", "claim (paper)", "figure", "verdict"],
                 [[i, c.paper, figure_link(c), f"**{c.verdict}**"] for i, c in enumerate(claims, 1)]),
         "", *notes_markdown(notes), *setup_markdown(inputs), *deviations_markdown(cfg), "## Claims", "",
     ]
@@ -301,16 +304,32 @@ def samples_markdown(inputs: Inputs, cfg: ReportConfig) -> str:
     for name, rows in inputs.base_samples.items():
         lines += [f"## Base model `{name}` (samples/base_models/{name}.json)", ""]
         rows = [[row["prompt"], row["continuation"]] for row in rows[: cfg.samples]]
-        lines += _table(["prompt", "continuation"], rows) + [""]
+        lines += table(["prompt", "continuation"], rows) + [""]
     for group, name in (("imdb", "ppo"), ("imdb", "cory"), ("math", "ppo"), ("math", "cory")):
         run = inputs.runs[group][name]
         seed = run.seeds[0]
         iterations = sorted({r["iteration"] for r in run.samples})
         lines += [f"## {run.name} (seed {seed}), LLM1", ""]
-        table = []
+        generations = []
         for it, when in ((iterations[0], "before"), (iterations[-1], "after")):
             for row in _pick([r for r in run.samples if r["iteration"] == it], cfg.samples):
                 response, score, role = _llm1_generation(row)
-                table.append([f"{when} (iteration {it})", role, row["query"], response, _num(float(score))])
-        lines += _table(["when", "role", "query", "LLM1 response", "task reward"], table) + [""]
+                generations.append([f"{when} (iteration {it})", role, row["query"], response, _num(float(score))])
+        lines += table(["when", "role", "query", "LLM1 response", "task reward"], generations) + [""]
     return "\n".join(lines)
+
+
+def glossary_markdown() -> str:
+    """The glossary of cory.rl.metrics as a markdown document (the report stage writes it to METRICS.md)."""
+    lines = ["# Metrics glossary", "", "Generated from `cory/rl/metrics.py`; every key in `history.csv` and in MLflow is "
+             "defined here.", "", "## Prefixes", ""]
+    lines += table(["prefix", "meaning"], [[f"`{p}/`", who] for p, who in {**IDENTITIES, **ROLES}.items()])
+    lines += ["", "## Per-agent metrics", ""]
+    lines += table(["key", "definition"],
+                   [[f"`{{llm1,llm2,pioneer,observer}}/{name}`", text] for name, text in AGENT_METRICS.items()]
+                   + [[f"`{{llm1,llm2}}/{name}`", text] for name, text in IDENTITY_ONLY_METRICS.items()])
+    lines += ["", "## Per-iteration metrics", ""]
+    lines += table(["key", "definition"], [[f"`{key}`", text] for key, text in RUN_METRICS.items()])
+    lines += ["", "## Evaluation", ""]
+    lines += table(["key", "definition"], [[f"`{key}`", text] for key, text in EVAL_METRICS.items()])
+    return "\n".join(lines + [""])

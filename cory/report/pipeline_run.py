@@ -4,13 +4,12 @@ it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from cory.report.markdown import table
 from cory.tracking.restore import run_folders
 from cory.tracking.runs import start_run
-from cory.tracking.store import warn
 from cory.tracking.tags import PIPELINE_KEY, git_commit, pipeline_run_id
 
 
@@ -18,44 +17,27 @@ HEADLINE = {"task_reward": "task reward", "kl": "KL"}
 """The per-model final values of each training run that the parent run shows, with their column titles."""
 
 
-def headline_metrics(runs_dir: Path) -> dict[str, float]:
-    """The pipeline's headline numbers from training: each run's final task reward and KL per model (summary.json's
-    `final`, the mean over its last iterations), averaged over its seeds, as "headline/<group>.<run>.<llm>.<metric>"
-    (one "/": the UI draws every metric of one prefix in one section of charts, so these make one section). A run's
-    name may hold a "." (pareto's cory_eta0.01), a group's (a key of `experiments:`, e.g. imdb) is taken not to."""
-    values: dict[str, list[float]] = {}
-    for folder in run_folders(runs_dir):
-        run = folder.parent.relative_to(runs_dir).as_posix()
-        for name, value in json.loads((folder / "summary.json").read_text())["final"].items():
-            llm, _, metric = name.partition("/")
-            if llm.startswith("llm") and metric in HEADLINE and value is not None:
-                values.setdefault(f"headline/{run.replace('/', '.')}.{llm}.{metric}", []).append(float(value))
-    return {name: sum(seeds) / len(seeds) for name, seeds in sorted(values.items())}
-
-
-def _cell(value: float | None) -> str:
+def _number(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
 
 
 def headline_markdown(metrics: dict[str, float], passk: dict[str, Any], verdicts: dict[str, str]) -> str:
-    """The parent run's description (the UI's run page shows it): headline_metrics, Pass@k (eval/passk.json's mean
-    over seeds) and the claims' verdicts as tables."""
+    """The parent run's description (the UI's run page shows it): the runs' final values (cory.report.dvc_views.
+    run_finals), Pass@k (eval/passk.json's mean over seeds) and the claims' verdicts as tables."""
     runs = sorted({name.removeprefix("headline/").rsplit(".", 2)[0] for name in metrics})
     columns = [(llm, metric) for llm in ("llm1", "llm2") for metric in HEADLINE]
     lines = ["Final values (mean over the last iterations, then over seeds). The runs this pipeline is made of are "
-             "nested under this run: expand it (+) in the run list.", "",
-             "| run | " + " | ".join(f"{llm.upper()} {HEADLINE[metric]}" for llm, metric in columns) + " |",
-             "|---" * (len(columns) + 1) + "|"]
+             "nested under this run: expand it (+) in the run list.", ""]
     # "<group>.<run>" back to "<group>/<run>": only the first "." (a run's name may hold one: pareto/cory_eta0.01)
-    lines += [f"| {run.replace('.', '/', 1)} | " + " | ".join(_cell(metrics.get(f"headline/{run}.{llm}.{metric}"))
-                                                           for llm, metric in columns) + " |" for run in runs]
+    lines += table(["run", *(f"{llm.upper()} {HEADLINE[metric]}" for llm, metric in columns)],
+                   [[run.replace(".", "/", 1), *(_number(metrics.get(f"headline/{run}.{llm}.{metric}"))
+                                                 for llm, metric in columns)] for run in runs])
     ks = sorted({k for result in passk.values() for k in result["mean"]}, key=int)
     if passk:
-        lines += ["", "| model | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
-        lines += [f"| {model} | " + " | ".join(_cell(result["mean"].get(k)) for k in ks) + " |"
-                  for model, result in passk.items()]
+        lines += ["", *table(["model", *(f"pass@{k}" for k in ks)],
+                             [[model, *(_number(result["mean"].get(k)) for k in ks)] for model, result in passk.items()])]
     if verdicts:
-        lines += ["", "| claim | verdict |", "|---|---|"] + [f"| {key} | {v} |" for key, v in verdicts.items()]
+        lines += ["", *table(["claim", "verdict"], [[key, v] for key, v in verdicts.items()])]
     return "\n".join(lines) + "\n"
 
 
@@ -90,22 +72,14 @@ def _nest(client, parent_id: str, profile: str, runs_dir: Path) -> list[str]:
     return children
 
 
-def log_pipeline_run(profile: str, runs_dir: Path, passk_path: Path, reports: Path) -> str | None:
+def log_pipeline_run(profile: str, metrics: dict[str, float], passk: dict[str, Any], verdicts: dict[str, str],
+                     runs_dir: Path, reports: Path) -> str | None:
     """The parent run of one `dvc repro`, logged by the report stage once reports/<profile>/ is written; returns its
     id (None if MLflow is unavailable). Named "pipeline <pipeline_run>" and keyed PIPELINE_KEY (the previous
-    pipeline's parent is superseded), it holds the headline numbers (headline_metrics) as metrics at step 0 and as its
-    description, Pass@k of each model (eval/passk.json's mean over seeds) as "headline/pass_at_<k>.<model>", each
-    claim's verdict as a tag `claim.<key>`, reports/<profile>/ as artifacts under report/, and, nested under it by
-    the tag mlflow.parentRunId, every run the report is made of (_nest)."""
-    try:
-        metrics = headline_metrics(runs_dir)
-        passk = json.loads(passk_path.read_text()) if passk_path.is_file() else {}
-        claims = reports / "claims.json"
-        verdicts = {key: claim["verdict"] for key, claim in json.loads(claims.read_text()).items()} \
-            if claims.is_file() else {}
-    except Exception as exc:  # noqa: BLE001 - tracking must never break a stage
-        warn(f"log_pipeline_run failed: {exc}", reports)
-        return None
+    pipeline's parent is superseded), it holds the runs' final values (`metrics`: cory.report.dvc_views.run_finals)
+    as metrics at step 0 and as its description, Pass@k of each model (`passk`: eval/passk.json, mean over seeds)
+    as "headline/pass_at_<k>.<model>", each claim's verdict as a tag `claim.<key>`, reports/<profile>/ as artifacts
+    under report/, and, nested under it by the tag mlflow.parentRunId, every run the report is made of (_nest)."""
     tags = {"mlflow.note.content": headline_markdown(metrics, passk, verdicts),
             **{f"claim.{key}": verdict for key, verdict in verdicts.items()}}
     name = f"pipeline {pipeline_run_id(git_commit())[:12]}"

@@ -15,19 +15,19 @@ from cory.report.claims import Claim, build_claims
 from cory.report import plots
 from cory.report.config import ReportConfig
 from cory.report.figures import draw_figures
-from cory.report.markdown import report_markdown, samples_markdown
-from cory.report.results import load_inputs
-from cory.rl.metrics import glossary_markdown
+from cory.report.markdown import glossary_markdown, report_markdown, samples_markdown
+from cory.report.results import Inputs, load_inputs
 from cory.runs.config import ExperimentConfig
 
 
 def write_report(
     outputs: Path, reports: Path, cfg: ReportConfig, experiments: dict[str, ExperimentConfig],
     seeds: list[int] | None, profile: str, notes: str | None = None,
-) -> list[Claim]:
+) -> tuple[Inputs, list[Claim]]:
     """Read outputs/<profile>/ (the groups and seeds that `experiments` and `seeds` of params name,
     cory.report.results.load_inputs) and write reports/<profile>/: the figures, REPORT.md, samples.md, METRICS.md and
-    claims.json (each claim's verdict and mean quantities, for `dvc metrics`/diffs)."""
+    claims.json (each claim's verdict and mean quantities, for `dvc metrics`/diffs). Returns the inputs it read and
+    the claims, for the stage's other consumers (DVC's views, the MLflow parent run), which then read nothing again."""
     inputs = load_inputs(outputs, experiments, seeds)
     claims = build_claims(inputs, cfg)  # every quantity is computed (and every missing column found) before drawing
     reports.mkdir(parents=True, exist_ok=True)
@@ -42,4 +42,4 @@ def write_report(
     summary = {c.key: {"verdict": c.verdict, "means": {k: None if math.isnan(v) else v for k, v in c.means().items()}}
                for c in claims}
     (reports / "claims.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return claims
+    return inputs, claims

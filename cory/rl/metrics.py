@@ -96,47 +96,6 @@ def describe(key: str) -> str:
     return GLOSSARY[key]
 
 
-def _md(text: str) -> str:
-    """Text safe inside a markdown table cell ("||" in "KL(p || q)" would split the cell)."""
-    return text.replace("|", "\\|")
-
-
-def glossary_markdown() -> str:
-    """The glossary as a markdown document (the pipeline writes it to reports/METRICS.md)."""
-    lines = [
-        "# Metrics glossary",
-        "",
-        "Generated from `cory/rl/metrics.py`; every key in `history.csv` and in MLflow is defined here.",
-        "",
-        "## Prefixes",
-        "",
-        "| prefix | meaning |",
-        "|---|---|",
-        *(f"| `{p}/` | {_md(who)} |" for p, who in {**IDENTITIES, **ROLES}.items()),
-        "",
-        "## Per-agent metrics",
-        "",
-        "| key | definition |",
-        "|---|---|",
-        *(f"| `{{llm1,llm2,pioneer,observer}}/{name}` | {_md(text)} |" for name, text in AGENT_METRICS.items()),
-        *(f"| `{{llm1,llm2}}/{name}` | {_md(text)} |" for name, text in IDENTITY_ONLY_METRICS.items()),
-        "",
-        "## Per-iteration metrics",
-        "",
-        "| key | definition |",
-        "|---|---|",
-        *(f"| `{key}` | {_md(text)} |" for key, text in RUN_METRICS.items()),
-        "",
-        "## Evaluation",
-        "",
-        "| key | definition |",
-        "|---|---|",
-        *(f"| `{key}` | {_md(text)} |" for key, text in EVAL_METRICS.items()),
-        "",
-    ]
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # Diversity
 # --------------------------------------------------------------------------------------------------------------------
@@ -210,6 +169,17 @@ class MetricsWriter:
         with open(self.history_path, "a", newline="") as fh:
             csv.writer(fh).writerow([_cell(row[key]) if key in row else "" for key in self.columns])
         self.rows.append(row)
+
+    @classmethod
+    def of_history(cls, run_dir: str | Path) -> "MetricsWriter":
+        """The writer of a finished run, its rows read back from history.csv (nothing is written): for its final
+        values over another number of iterations."""
+        writer = cls(run_dir)
+        with open(writer.history_path, newline="") as fh:
+            reader = csv.reader(fh)
+            writer.columns = next(reader)
+            writer.rows = [{k: float(v) for k, v in zip(writer.columns, row) if v != ""} for row in reader]
+        return writer
 
     def resume(self, iterations: int) -> list[dict[str, float]]:
         """Continue a killed run: keep the first `iterations` rows of history.csv (those its checkpoint covers), drop

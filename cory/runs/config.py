@@ -182,14 +182,3 @@ def expand_jobs(
             jobs.append(Job(group, name, seed, train, task, spec.model or task.model, str(runs_dir / folder),
                             exp.save_models, str((checkpoints_dir or runs_dir) / folder)))
     return jobs
-
-
-def parse_experiment(params: dict, group: str) -> tuple[ExperimentConfig, TaskConfig]:
-    experiments = params.get("experiments") or {}
-    if group not in experiments:
-        raise ConfigError(f"experiments.{group}: no such experiment group (known: {', '.join(experiments)})")
-    exp = from_dict(ExperimentConfig, experiments[group], f"experiments.{group}")
-    tasks = params.get("tasks") or {}
-    if exp.task not in tasks:
-        raise ConfigError(f"experiments.{group}.task: unknown task {exp.task!r} (known: {', '.join(tasks)})")
-    return exp, from_dict(TaskConfig, tasks[exp.task], f"tasks.{exp.task}")

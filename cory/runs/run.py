@@ -124,8 +124,10 @@ class _Run:
         return self.queries[:n], None if self.answers is None else self.answers[:n]
 
 
-def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkpoint_every: int = 0) -> dict:
-    """Train one run and write its folder (see the module docstring). Returns the summary.
+def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkpoint_every: int = 0,
+                 last_n: int = 10) -> dict:
+    """Train one run and write its folder (see the module docstring). Returns the summary, whose final values are the
+    means over the last `last_n` iterations (report.last_n: the report's definition of a final value).
 
     With `checkpoint_every` k > 0 the whole training state is saved every k iterations (cory.rl.checkpoint) under
     <checkpoint_dir>/resume/, and a run that finds a checkpoint of its own fingerprint there continues from it: the
@@ -134,7 +136,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     run = _setup(job, device)
     samples, first, spent = _resume(run, tracker)
     samples = _train(run, samples, first, spent, tracker, log_every, checkpoint_every)
-    return _finish(run, samples, first, spent, tracker)
+    return _finish(run, samples, first, spent, tracker, last_n)
 
 
 def _setup(job: Job, device: str) -> _Run:
@@ -224,7 +226,7 @@ def _train(run: _Run, samples: list[dict], first: int, spent: float, tracker, lo
     return samples
 
 
-def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker) -> dict:
+def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker, last_n: int) -> dict:
     """LLM1 alone after training, the samples and the trained agents saved, summary.json written; the resume
     checkpoint deleted (the run is complete)."""
     import torch
@@ -242,7 +244,7 @@ def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker) -
     # Peak GPU memory this run's tensors held (one process; the train stage runs runtime.workers of them at once).
     cuda = torch.device(run.device).type == "cuda"
     peak = torch.cuda.max_memory_allocated(run.device) / 2**30 if cuda else None
-    summary = run.writer.summary(last_n=min(10, job.train.iterations), wall_time_s=spent + time.time() - run.start,
+    summary = run.writer.summary(last_n=min(last_n, job.train.iterations), wall_time_s=spent + time.time() - run.start,
                                  peak_gpu_memory_gib=peak, run=job.name, algorithm=job.algorithm, seed=job.seed,
                                  fingerprint=job.fingerprint, resumed_after=None if run.resumed is None else first - 1,
                                  phase_seconds={name: round(seconds, 2) for name, seconds in phase.totals.items()},

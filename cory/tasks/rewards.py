@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # torch is imported where a reward scores: the data stage that parses answers never loads it
@@ -113,27 +112,6 @@ class MathReward:
 # Sentiment
 # --------------------------------------------------------------------------------------------------------------------
 
-_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
-
-
-def load_pretrained(loader: Callable[[str], object], name_or_path: str, what: str) -> object:
-    """`loader(name_or_path)` with one clear error when it fails: a bad local folder, or a hub name while offline."""
-    try:
-        return loader(name_or_path)
-    except (OSError, ValueError) as exc:  # transformers raises ValueError for a folder without a known config
-        if Path(name_or_path).exists():
-            raise OSError(f"{what} {name_or_path!r}: the local folder cannot be loaded ({exc})") from None
-        if _HUB_NAME.fullmatch(name_or_path):
-            raise OSError(
-                f"{what} {name_or_path!r}: no local folder by that name, and loading it as a Hugging Face hub name "
-                f"failed (the hub is unreachable or has no such model). Offline, point at a local folder written by "
-                f"save_pretrained instead (e.g. the classifier the pipeline trains)."
-            ) from None
-        if isinstance(exc, OSError):
-            raise OSError(f"{what} {name_or_path!r}: no such local folder") from None
-        raise
-
-
 def positive_label_index(id2label: dict[int, str], num_labels: int) -> int:
     """The class index whose label reads "POSITIVE" or "pos" (any case), else 1 (binary classifiers' convention)."""
     for index, label in id2label.items():
@@ -167,6 +145,7 @@ class SentimentReward:
     ) -> None:
         from transformers import AutoModelForSequenceClassification
 
+        from cory.hf import load_pretrained
         from cory.tasks.tokenizer import load_tokenizer
 
         if batch_size <= 0 or max_length <= 0:

@@ -25,6 +25,7 @@ import numpy as np
 from transformers import GPT2TokenizerFast, PreTrainedTokenizerBase
 
 from cory.hf import package_dir
+from cory.schema import digest
 
 OFFLINE_GPT2 = "offline-gpt2"
 CORPUS_VOCABULARY = "offline-gpt2:corpus"
@@ -86,7 +87,7 @@ def _vocabulary_digest(tokenizer: PreTrainedTokenizerBase) -> str | None:
         return None
     config = json.loads(backend.to_str())
     config.pop("padding", None), config.pop("truncation", None)
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    return digest(config)
 
 
 def encode(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -5,13 +5,14 @@ output."""
 from __future__ import annotations
 
 import getpass
-import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from cory.schema import digest
 
 
 
@@ -81,8 +82,7 @@ def config_hash(config: dict[str, Any]) -> str:
 
     The same resolved config gives the same hash in the process that trains and after a JSON round trip through
     the run's config.json, so a run folder DVC restored can be matched to the MLflow run that produced it."""
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    return digest(config, 12)
 
 
 def main_module() -> str:
