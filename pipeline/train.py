@@ -11,7 +11,7 @@ are `persist: true` in dvc.yaml, so DVC leaves the finished runs in place). Chan
 retrains that group only; changing `runtime.workers` retrains nothing.
 
 Runs go to outputs/<profile>/runs/<group>/<run>/seed<k>/ (histories, samples, configs: small files the report reads),
-their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see cory.experiments); each run logs an
+their saved weights to outputs/<profile>/checkpoints/<group>/<run>/seed<k>/ (see cory.runs); each run logs an
 MLflow run.
 Small models leave a GPU mostly idle, so `runtime.workers` runs share it as parallel processes, drawn from one pool
 across all groups (longest first, see `start_order`) so the GPU never waits for the stragglers of one group before
@@ -25,7 +25,6 @@ Every config, model and prompt file is checked before the first run starts.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -34,23 +33,24 @@ from dataclasses import replace
 from pathlib import Path
 
 
-from cory.config import ConfigError, to_dict
-from cory.experiments import Job, TaskConfig, expand_jobs, parse_experiment, run_training
-from pipeline.common import (
-    ROOT, code_digest, content_digest, device, load_params, out_dir, profile, require_device, run_stage, section, seeds,
-    stage_timer, write_json,
-)
+from cory.runs.config import Job, TaskConfig
+from cory.runs.run import run_training
+from cory.schema import ConfigError, to_dict
+from pipeline.common import device, require_device, run_stage, stage_timer, write_json
 from pipeline.gpus import error_line, processes_at_once, run_at_once, visible_gpus
-from pipeline.params import RuntimeConfig
+from pipeline.params import Params, load_params
+from pipeline.paths import ROOT, out_dir
+from pipeline.sections import REWARD
+from pipeline.units import code_digest, content_digest, digest, remove_stale
 
 
-def model_path(params: dict, name: str | None) -> str | None:
+def model_path(params: Params, name: str | None) -> str | None:
     """A base_models entry (or `reward`) names the profile's model folder; anything else is a path or hub name."""
-    known = set(params.get("base_models") or {}) | {"reward"}
+    known = set(params.base_models) | {REWARD}
     return str(out_dir(params, "models", name)) if name in known else name
 
 
-def resolve(params: dict, task_name: str, task: TaskConfig) -> TaskConfig:
+def resolve(params: Params, task_name: str, task: TaskConfig) -> TaskConfig:
     """The task with its model names made folders and its prompt file made a path under the profile's outputs."""
     prompts = out_dir(params, task.prompts)
     if not prompts.is_file():
@@ -65,7 +65,7 @@ def resolve(params: dict, task_name: str, task: TaskConfig) -> TaskConfig:
 
 def check_prompts(jobs: list[Job]) -> None:
     """Every run's prompt file can fill its batch (checked before any run starts, not when that run's turn comes)."""
-    from cory.experiments import load_queries
+    from cory.runs.run import load_queries
 
     counts = {path: len(load_queries(path)[0]) for path in sorted({j.task.prompts for j in jobs})}
     for job in jobs:
@@ -139,7 +139,7 @@ def fingerprint(job: Job, code: str) -> str:
     inputs = [job.model, job.task.prompts] + ([job.task.reward_model] if job.task.reward_model else [])
     parts = {"run": job.name, "seed": job.seed, "train": to_dict(job.train), "task": task, "code": code,
              "save_models": job.save_models, "inputs": [content_digest(p) for p in inputs]}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    return digest(parts)
 
 
 def finished_summary(job: Job) -> dict | None:
@@ -154,10 +154,26 @@ def finished_summary(job: Job) -> dict | None:
     return summary
 
 
+def with_final(job: Job, summary: dict, last_n: int) -> dict:
+    """A kept run's summary with its final values over its last `last_n` iterations (report.last_n, capped at its
+    length), recomputed from its history.csv and written back where another last_n made them: report.last_n is no
+    part of a run's fingerprint, since the history it averages is the same."""
+    from cory.rl.metrics import MetricsWriter
+
+    n = min(last_n, summary["iterations"])
+    if summary.get("last_n") == n:
+        return summary
+    summary = {**summary, "final": MetricsWriter.of_history(job.run_dir).final_values(n), "last_n": n}
+    with open(Path(job.run_dir) / "summary.json", "w") as fh:  # as MetricsWriter.summary writes it
+        json.dump(summary, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    return summary
+
+
 def plan(jobs: list[Job]) -> tuple[dict[str, dict], list[Job]]:
     """({name: summary} of the finished runs to keep, the jobs to run): a job resumes if its checkpoint carries its
     fingerprint; every other unfinished job starts from nothing (its old folders are deleted)."""
-    from cory.checkpoint import checkpoint_extra
+    from cory.rl.checkpoint import checkpoint_extra
 
     done, todo = {}, []
     for job in jobs:
@@ -173,34 +189,22 @@ def plan(jobs: list[Job]) -> tuple[dict[str, dict], list[Job]]:
     return done, todo
 
 
-def remove_stale(root: Path, jobs: list[Job], groups: list[str], attr: str) -> list[str]:
-    """Delete <root>/<group>/<run>/seed<k> folders of `groups` that belong to no job (runs renamed or removed from
-    params, seeds dropped), then empty parents; returns what was deleted, relative to root."""
-    keep = {Path(getattr(job, attr)).resolve() for job in jobs}
-    removed = []
-    for group in groups:
-        for folder in sorted((root / group).glob("*/seed*")):
-            if folder.resolve() not in keep:
-                shutil.rmtree(folder)
-                removed.append(str(folder.relative_to(root)))
-        for parent in sorted((root / group).glob("*"), reverse=True):
-            if parent.is_dir() and not any(parent.iterdir()):
-                parent.rmdir()
-    return removed
-
 
 def run_job(
-    job: Job, profile_name: str, log_every: int, checkpoint_every: int = 0, tasks: dict[str, str] | None = None
+    job: Job, profile_name: str, log_every: int, checkpoint_every: int = 0, tasks: dict[str, str] | None = None,
+    last_n: int = 10,
 ) -> dict:
-    """Train one job under its MLflow run; `tasks` (group -> task name) gives the run's `task` param."""
-    from cory.tracking import run_identity, start_run
+    """Train one job under its MLflow run; `tasks` (group -> task name) gives the run's `task` param, `last_n`
+    (report.last_n) the iterations its summary's final values are the mean of."""
+    from cory.tracking.runs import start_run
+    from cory.tracking.tags import run_identity
 
     with start_run(
         "train", to_dict(job.train), run_name=job.name, profile=profile_name, outputs=job.run_dir,
         seed=job.seed, algorithm=job.algorithm, key=job.name,
         identity=run_identity(job.name, (tasks or {}).get(job.group), job.model),
     ) as tracker:
-        summary = run_training(job, device(), tracker, log_every, checkpoint_every)
+        summary = run_training(job, device(), tracker, log_every, checkpoint_every, last_n)
     phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in summary["phase_seconds"].items())
     print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s ({phases}), "
           f"llm1 task reward {summary['final'].get('llm1/task_reward', float('nan')):.3f}, "
@@ -208,12 +212,13 @@ def run_job(
     return summary
 
 
-HEADLINE = ("task_reward", "kl", "combined_reward")
+FINAL_METRICS = ("task_reward", "kl", "combined_reward")
 
 
-def headline(final: dict) -> dict:
-    """The DVC metrics of a run: each model's final task reward, KL and combined reward."""
-    return {k: v for k, v in final.items() if k.startswith("llm") and k.split("/")[1] in HEADLINE}
+def final_metrics(final: dict) -> dict:
+    """A run's row of metrics/train_<group>.json: each model's final task reward, KL and combined reward (its
+    summary's `final`, the mean over the last report.last_n iterations, as headline.json's)."""
+    return {k: v for k, v in final.items() if k.startswith("llm") and k.split("/")[1] in FINAL_METRICS}
 
 
 def cost(job: Job) -> int:
@@ -237,40 +242,49 @@ def start_order(jobs: list[Job], slots: int) -> list[Job]:
     return first + later
 
 
-def main(argv: list[str]) -> None:
-    params = load_params()
-    require_device(params)
-    runtime = section(params, "runtime", RuntimeConfig)
-    groups = argv or list(params.get("experiments") or {})
-    jobs: list[Job] = []
-    tasks: dict[str, str] = {}  # group -> task name, an MLflow param of its runs
-    for group in groups:
-        exp, task = parse_experiment(params, group)
-        tasks[group] = exp.task
-        task = resolve(params, exp.task, task)
-        group_jobs = expand_jobs(group, exp, task, params.get("train") or {}, seeds(params),
-                                 out_dir(params, "runs"), out_dir(params, "checkpoints"))
-        jobs += [replace(job, model=model_path(params, job.model)) for job in group_jobs]
+def stage_jobs(params: Params, groups: list[str]) -> list[Job]:
+    """The jobs of `groups` (params' resolved runs x seeds, Params.jobs) with their run and checkpoint folders under
+    the profile's outputs, their model and reward model as folders and their prompt file as a path, each checked
+    to be there, and their fingerprints."""
+    tasks = {name: resolve(params, name, task) for name, task in params.tasks.items()
+             if any(params.experiments[group].task == name for group in groups)}
+    jobs = [replace(job, task=tasks[params.experiments[group].task], model=model_path(params, job.model),
+                    run_dir=str(out_dir(params, job.run_dir)), checkpoint_dir=str(out_dir(params, job.checkpoint_dir)))
+            for group in groups for job in params.jobs[group]]
     check_models(jobs)
     check_prompts(jobs)
     code = code_digest("train")
-    jobs = [replace(job, fingerprint=fingerprint(job, code)) for job in jobs]
+    return [replace(job, fingerprint=fingerprint(job, code)) for job in jobs]
+
+
+def main(argv: list[str]) -> None:
+    params = load_params()
+    require_device(params)
+    runtime, last_n = params.runtime, params.report.last_n
+    groups = argv or list(params.experiments)
+    unknown = [group for group in groups if group not in params.experiments]
+    if unknown:
+        raise ConfigError(f"experiments.{unknown[0]}: no such experiment group (known: {', '.join(params.experiments)})")
+    tasks = {group: params.experiments[group].task for group in groups}  # group -> task name, an MLflow param of its runs
+    jobs = stage_jobs(params, groups)
     runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
     checkpoints_root.mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
     # Every group's folder is ours when the stage runs them all: a group gone from params goes from the outputs too.
     owned = groups if argv else sorted({p.name for p in runs_root.glob("*")} | {p.name for p in checkpoints_root.glob("*")})
     stale = remove_stale(runs_root, jobs, owned, "run_dir") + remove_stale(checkpoints_root, jobs, owned, "checkpoint_dir")
     done, todo = plan(jobs)
+    by_name = {job.name: job for job in jobs}  # a kept run's final values follow report.last_n
+    done = {name: with_final(by_name[name], summary, last_n) for name, summary in done.items()}
     resuming = sum((Path(j.checkpoint_dir) / "resume").is_dir() for j in todo)
     print(f"[train] {len(jobs)} runs: {len(done)} finished with the same fingerprint (kept), {resuming} to resume, "
           f"{len(todo) - resuming} to train; {len(set(stale))} stale run folders removed", flush=True)
 
-    name = profile(params)
+    name = params.profile
     # Many processes share one GPU: let each one's allocator grow and shrink in place rather than hold fragmented
     # blocks (set before any worker starts CUDA; an explicit setting of the user's wins).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with stage_timer(params, "train"):
-        settings = (name, runtime.log_every, runtime.checkpoint_every, tasks)
+        settings = (name, runtime.log_every, runtime.checkpoint_every, tasks, last_n)
         gpus = visible_gpus() if device() == "cuda" else []
         processes = processes_at_once(runtime.workers, gpus)
         todo = start_order(todo, processes)
@@ -280,7 +294,7 @@ def main(argv: list[str]) -> None:
             summaries, failed = run_on_ray(todo, settings, runtime.workers)
         else:
             if todo and processes > 1:  # processes at once
-                from cory.tracking import open_store, store_exists
+                from cory.tracking.store import open_store, store_exists
 
                 if not store_exists():  # a new store: created here, before the processes that log to it start at once
                     open_store(name)
@@ -291,7 +305,7 @@ def main(argv: list[str]) -> None:
                                + "\n".join(f"  {run}: {error}" for run, error in sorted(failed.items())))
     summaries += list(done.values())
     for group in groups:
-        rows = {s["run"]: headline(s["final"]) for s in summaries if s["run"].startswith(f"{group}/")}
+        rows = {s["run"]: final_metrics(s["final"]) for s in summaries if s["run"].startswith(f"{group}/")}
         write_json(out_dir(params, "metrics", f"train_{group}.json"), rows)
 
 

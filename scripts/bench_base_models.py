@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 
-from pipeline.common import load_params, out_dir
+from pipeline.params import load_params
+from pipeline.paths import out_dir
 
 
 def run_models(params: dict, names: list[str], at_once: bool) -> float:
@@ -47,7 +48,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["concurrent", "sequential"])
     args = parser.parse_args()
     params = load_params()
-    names = list(params["base_models"])
+    names = list(params.base_models)
     for stage, folder in (("prepare_imdb", "imdb"), ("prepare_math", "math")):
         if not out_dir(params, "data", folder).exists():
             subprocess.run([sys.executable, "-m", f"pipeline.{stage}"], check=True, stdout=subprocess.DEVNULL)

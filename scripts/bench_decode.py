@@ -3,9 +3,9 @@
     python -m scripts.bench_decode [--group math] [--run cory] [--calls 10] [--warmup 3]     (from the project root)
 
 Builds the profile's run on random weights of its shapes (as scripts/bench_rl.py does), formats its pioneer prompts
-(the batch of one iteration) and times `cory.rollout.generate` for its response length with
+(the batch of one iteration) and times `cory.rl.rollout.generate` for its response length with
 `generate` and a dynamic cache, `generate` and a static cache (transformers compiles its forward pass), and
-`cache: graph` (cory.decoding, the whole step as one CUDA graph) with and without its cuDNN attention preference, printing seconds per call (after `--warmup` calls, which hold any compilation), the GPU-busy time of one profiled
+`cache: graph` (cory.rl.decoding, the whole step as one CUDA graph) with and without its cuDNN attention preference, printing seconds per call (after `--warmup` calls, which hold any compilation), the GPU-busy time of one profiled
 call (the sum of its kernels) and its kernel launches (with --kernels N, the N busiest kernels). Nothing is written. It needs a GPU to say anything useful.
 """
 
@@ -24,8 +24,8 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from cory import decoding, rollout
-    from cory.agents import bf16_copy
+    from cory.rl import decoding, kernels, rollout
+    from cory.rl.kernels import bf16_copy
     from scripts.bench_rl import build
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -44,15 +44,15 @@ def main() -> None:
     if cfg.ppo.bf16_weights:
         lm = bf16_copy(lm)  # the agents sample on their bf16 copies, without autocast
     device = next(lm.parameters()).device
-    rollout.configure_gpu_for_rl(device)  # as the train stage's processes: no cuDNN attention outside the decoding step
+    kernels.configure_gpu_for_rl(device)  # as the train stage's processes: no cuDNN attention outside the decoding step
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize()
     print(f"bench_decode: {args.group}/{args.run} pioneer, {len(prompts)} prompts x {max_new} new tokens on "
           f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}", flush=True)
-    # The graph rows: with cory.decoding.decoding_attention (cuDNN's kernel inside the decoding loop), without it (the
-    # kernel the RL processes choose elsewhere, cuDNN's turned off by cory.rollout.configure_gpu_for_rl), and with it
+    # The graph rows: with cory.rl.decoding.decoding_attention (cuDNN's kernel inside the decoding loop), without it (the
+    # kernel the RL processes choose elsewhere, cuDNN's turned off by cory.rl.kernels.configure_gpu_for_rl), and with it
     # again (an order effect shows as a difference between the first and the last). Each graph row compiles its own
     # step, without torch.compile's caches: their keys leave the attention backend out (pytorch/pytorch#185449), so a
     # row would get an earlier row's compiled step, kernel and all (in an H100 call of commit c31137c, with the caches

@@ -21,17 +21,18 @@ def save_models(folder: Path, runs: int) -> list[tuple[str, str, Path]]:
     """`runs` random math models (seeds 0..runs-1) saved with the profile's math tokenizer: the stage's run list."""
     import torch
 
-    from cory.mathgen import MathGenConfig, generate_problems, pretraining_texts
-    from cory.pretrain import build_causal_lm, save_model
-    from cory.tokenizer import CORPUS_VOCABULARY
-    from pipeline.base_models import BaseModelConfig, scratch_tokenizer
-    from pipeline.common import load_params, section
+    from cory.tasks.mathgen import generate_problems, pretraining_texts
+    from cory.hf import save_model
+    from cory.tasks.pretrain import build_causal_lm
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY
+    from pipeline.base_models import scratch_tokenizer
+    from pipeline.params import load_params
 
     params = load_params()
-    base = section(params, "base_models.math", BaseModelConfig)
+    base = params.base_models["math"]
     texts = []
     if base.tokenizer == CORPUS_VOCABULARY:  # as scripts/bench_rl.py: the generated problems stand in for the corpus
-        problems = generate_problems(MathGenConfig(**params["data"]["math"]["generator"]))["pretrain"]
+        problems = generate_problems(params.data.math.generator)["pretrain"]
         texts = pretraining_texts(problems, slip_rate=base.slip_rate)
     tokenizer = scratch_tokenizer(base, texts)
     for seed in range(runs):
@@ -47,13 +48,14 @@ def main() -> None:
     parser.add_argument("--mps", action="store_true", help="under a CUDA MPS daemon (runtime.mps)")
     args = parser.parse_args()
 
-    from pipeline.common import device, load_params, section
+    from pipeline.common import device
     from pipeline.evaluate import evaluate
-    from pipeline.params import EvaluateConfig, RuntimeConfig
+    from pipeline.params import load_params
+    from pipeline.sections import RuntimeConfig
     from scripts.common import queries_of
 
     params = load_params()
-    cfg = section(params, "evaluation", EvaluateConfig)
+    cfg = params.evaluation
     questions, answers = queries_of("math", cfg.n_problems or 200)
     runtime = RuntimeConfig(workers=args.workers, mps=args.mps)
     on = device()

@@ -24,12 +24,13 @@ import torch
 def measure(model: str = "gpt2-large", scale: str = "full", device: str = "cuda", repeats: int = 4,
             response: int = 10, batch: int | None = None, profile: bool = False) -> dict[str, list[float]]:
     """Seconds of each repeat: "sequential", "concurrent", "pioneer alone", "observer alone"."""
-    from cory.config import TrainConfig, from_dict
-    from cory.learner import make_experience, ppo_update
-    from cory.roles import observer_prompts
-    from cory.standins import make_model, standin_config
-    from cory.tokenizer import load_tokenizer
-    from cory.trainer import Trainer
+    from cory.rl.config import TrainConfig
+    from cory.schema import from_dict
+    from cory.rl.learner import make_experience, ppo_update
+    from cory.rl.roles import observer_prompts
+    from cory.tasks.standins import make_model, standin_config
+    from cory.tasks.tokenizer import load_tokenizer
+    from cory.rl.trainer import Trainer
     from pipeline.profile import render
     from scripts.common import queries_of, with_settings
 

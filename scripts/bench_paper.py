@@ -11,7 +11,7 @@ For every run of every experiment group of the params (one eta of a sweep stands
 does not change the cost), it loads the run's base model as its `base_models.<name>.source` names it (a stand-in
 folder or a hub name; no pipeline stage runs first) and the reward model likewise, builds the run's Trainer with its
 resolved train config, and times `--iterations` iterations after one warm-up iteration on queries of the task's kind
-(IMDB-like word openings; math problems from cory.mathgen with 1-token gold answers). Random weights rarely end an
+(IMDB-like word openings; math problems from cory.tasks.mathgen with 1-token gold answers). Random weights rarely end an
 answer early, so every response runs to its drawn length: an upper bound on a trained model's time.
 
 The JSON written to --out holds, per run: model, parameters (total, trainable), batch size, seconds per iteration
@@ -31,17 +31,14 @@ from pathlib import Path
 from scripts.common import profile_iteration, queries_of, set_dotted, with_settings
 
 
-def plan(params: dict, only: list[str]) -> list[tuple[str, str, object]]:
-    """(group, run, job) for seed 0 of each run (of one eta per sweep), in params order."""
-    from cory.experiments import expand_jobs, parse_experiment
-
+def plan(params, only: list[str]) -> list[tuple[str, str, object]]:
+    """(group, run, job) for the first seed of each run (of one eta per sweep), in params order (`params`: the typed
+    tree, pipeline.params.Params)."""
     chosen = []
-    for group in params.get("experiments") or {}:
-        exp, task = parse_experiment(params, group)
-        seeds = exp.seeds_of(params["seeds"])
-        jobs = expand_jobs(group, exp, task, params.get("train") or {}, seeds, Path("/nonexistent"))
+    for group, exp in params.experiments.items():
+        seeds = exp.seeds_of(params.seeds)
         seen = set()
-        for job in jobs:
+        for job in params.jobs[group]:
             run = job.run.split("_eta")[0] if exp.sweep_eta else job.run
             if job.seed != seeds[0] or run in seen or (only and f"{group}/{run}" not in only):
                 continue
@@ -50,23 +47,23 @@ def plan(params: dict, only: list[str]) -> list[tuple[str, str, object]]:
     return chosen
 
 
-def source_of(params: dict, name: str | None) -> str | None:
+def source_of(params, name: str | None) -> str | None:
     """A base model or `reward` as its params source names it (a folder or a hub name)."""
     if name is None:
         return None
     if name == "reward":
-        return params["reward_model"]["source"]
-    return params["base_models"][name]["source"] if name in params["base_models"] else name
+        return params.reward_model.source
+    return params.base_models[name].source if name in params.base_models else name
 
 
-def measure(job, params: dict, iterations: int, overrides: dict, device: str, profile: bool = False,
+def measure(job, params, iterations: int, overrides: dict, device: str, profile: bool = False,
             warmup: int = 1) -> dict:
     import torch
 
-    from cory.experiments import load_lm
-    from cory.rewards import build_reward
-    from cory.tokenizer import load_tokenizer
-    from cory.trainer import Trainer
+    from cory.runs.run import load_lm
+    from cory.tasks.rewards import build_reward
+    from cory.tasks.tokenizer import load_tokenizer
+    from cory.rl.trainer import Trainer
 
     train = with_settings(job.train, overrides)
     model = source_of(params, job.model)
@@ -117,7 +114,7 @@ def shape(fields: dict, result: dict) -> dict | None:
     return {key: Path(result[key]).name if key == "model" else result[key] for key in fields}
 
 
-def combine(params: dict, files: list[str], only: list[str]) -> dict[str, dict]:
+def combine(params, files: list[str], only: list[str]) -> dict[str, dict]:
     """Every run of the params from earlier bench files, without measuring. A run is taken from the LAST file that
     measured anything of its cost fields (later files measure the later code and settings, e.g. a speed option the
     cost fields do not name): that file's measurement of the run itself, else of another run with those fields,
@@ -141,15 +138,12 @@ def combine(params: dict, files: list[str], only: list[str]) -> dict[str, dict]:
     return runs
 
 
-def projection(params: dict, runs: dict[str, dict]) -> dict:
+def projection(params, runs: dict[str, dict]) -> dict:
     """Wall time of every run x seed (x eta) x train.iterations, one after another."""
-    from cory.experiments import parse_experiment
-
     total, parts = 0.0, {}
     for key, result in runs.items():
-        group = key.split("/")[0]
-        exp, _ = parse_experiment(params, group)
-        repeats = len(exp.seeds_of(params["seeds"])) * max(1, len(exp.sweep_eta))
+        exp = params.experiments[key.split("/")[0]]
+        repeats = len(exp.seeds_of(params.seeds)) * max(1, len(exp.sweep_eta))
         parts[key] = repeats * result["train_iterations"] * result["seconds_per_iteration"]
         total += parts[key]
     return {"seconds": total, "hours": total / 3600, "per_run_seconds": parts,
@@ -159,7 +153,7 @@ def projection(params: dict, runs: dict[str, dict]) -> dict:
 def main(argv: list[str]) -> None:
     import torch
 
-    from pipeline.common import load_params, profile
+    from pipeline.params import load_params
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations per run (after the warm-up)")
@@ -175,12 +169,12 @@ def main(argv: list[str]) -> None:
                         help="measure nothing: take every run of the params from these bench files (see combine())")
     args = parser.parse_args(argv)
     params = load_params()
-    out = Path(args.out or f"reports/{profile(params)}/scale.json")
+    out = Path(args.out or f"reports/{params.profile}/scale.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.combine:
         runs = combine(params, args.combine, args.only)
         missing = [f"{g}/{r}" for g, r, _ in plan(params, args.only) if f"{g}/{r}" not in runs]
-        result = {"profile": profile(params), "combined_from": args.combine, "runs": runs,
+        result = {"profile": params.profile, "combined_from": args.combine, "runs": runs,
                   "projection": projection(params, runs), "not_measured": missing}
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"bench_paper: {len(runs)} runs ({sum('estimated_from' in r for r in runs.values())} estimated from a "
@@ -211,7 +205,7 @@ def main(argv: list[str]) -> None:
         if device == "cuda":
             torch.cuda.empty_cache()
         measured = {key: value for key, value in runs.items() if "error" not in value}
-        result = {"profile": profile(params), "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        result = {"profile": params.profile, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                   "overrides": args.set, "runs": runs, "projection": projection(params, measured),
                   "not_measured": sorted(set(runs) - set(measured))}
         out.write_text(json.dumps(result, indent=2) + "\n")  # after every run: a stopped bench keeps what it measured

@@ -7,7 +7,7 @@
 Builds the profile's run (params.yaml or $CORY_PARAMS: its resolved train config, model shape and prompt template) on randomly
 initialised models of the same shapes (the time of a step does not depend on the weights, and no pipeline stage has
 to run first), then prints
-  - one process alone: seconds per iteration, split into generation / scoring / update (cory.trainer timings);
+  - one process alone: seconds per iteration, split into generation / scoring / update (cory.rl.trainer timings);
   - with --workers: N processes training at once on the GPU, as the train stage runs them, and the throughput
     (iterations per second over all of them) relative to one process, measured side by side in this one run;
   - with --profile: the CUDA kernels that take the most GPU time in one iteration, and the host-side operators
@@ -36,24 +36,26 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     """(TrainConfig, lm, tokenizer, reward_fn, queries, answers) for one run of the profile, on random weights; the
     queries are of the task's kind (word openings, or generated math problems whose words the math model's corpus
     vocabulary has: other words would split into bytes and make its prompts longer than its positions)."""
-    from cory.classifier import ClassifierConfig, build_classifier
-    from cory.experiments import expand_jobs, parse_experiment
-    from cory.pretrain import build_causal_lm, save_model
-    from cory.rewards import build_reward
-    from cory.tokenizer import CORPUS_VOCABULARY
-    from pipeline.base_models import BaseModelConfig, scratch_tokenizer
-    from pipeline.common import device, load_params, section
+    from cory.tasks.classifier import build_classifier
+    from cory.tasks.config import ClassifierConfig
+    from cory.hf import save_model
+    from cory.tasks.pretrain import build_causal_lm
+    from cory.tasks.rewards import build_reward
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY
+    from pipeline.base_models import scratch_tokenizer
+    from pipeline.common import device
+    from pipeline.params import load_params
 
     params = load_params()  # params.yaml, or $CORY_PARAMS
-    exp, task = parse_experiment(params, group)
-    job = next(j for j in expand_jobs(group, exp, task, params["train"], [0], work) if j.run == run)
+    job = min((j for j in params.jobs[group] if j.run == run), key=lambda j: j.seed != 0)  # seed 0 where it runs
+    task = job.task
     train = with_settings(job.train, dotted_overrides(variant))  # over the group's own settings too
-    base = section(params, f"base_models.{job.model}", BaseModelConfig)
+    base = params.base_models[job.model]
     texts = []
     if base.tokenizer == CORPUS_VOCABULARY:  # the generated problems stand in for the stage's prepared corpus
-        from cory.mathgen import MathGenConfig, generate_problems, pretraining_texts
+        from cory.tasks.mathgen import generate_problems, pretraining_texts
 
-        problems = generate_problems(MathGenConfig(**params["data"]["math"]["generator"]))["pretrain"]
+        problems = generate_problems(params.data.math.generator)["pretrain"]
         texts = pretraining_texts(problems, slip_rate=base.slip_rate)
     tokenizer = scratch_tokenizer(base, texts)  # the base-model stage's choice
     shape = base.lm
@@ -73,7 +75,7 @@ def time_iterations(group: str, run: str, iterations: int, warmup: int = 2, prof
     """Train `warmup + iterations` iterations; returns mean seconds per iteration and per phase (after warmup)."""
     import torch
 
-    from cory.trainer import Trainer
+    from cory.rl.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg, lm, tokenizer, reward, prompts, answers = build(group, run, Path(tmp), variant)

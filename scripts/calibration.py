@@ -53,9 +53,10 @@ def groups(smollm2: str | None) -> dict:
 
 
 def write(smollm2: str | None) -> dict:
-    from pipeline.common import load_params
+    from pipeline.params import load_params, params_path, read_yaml
 
-    params = load_params()
+    load_params()  # valid, before it is changed
+    params = read_yaml(params_path())
     params["experiments"].update(groups(smollm2))  # the profile's own groups stay, for validation; train these alone
     params["seeds"] = sorted(set(params["seeds"]) | {0, 1, 2, 3})
     return params
@@ -99,7 +100,8 @@ def main(argv: list[str]) -> None:
     if args.command == "write":
         yaml.safe_dump(write(args.smollm2), sys.stdout, sort_keys=False)
     else:
-        from pipeline.common import load_params, out_dir
+        from pipeline.params import load_params
+        from pipeline.paths import out_dir
 
         summary(Path(args.root) if args.root else out_dir(load_params(), "runs"))
 

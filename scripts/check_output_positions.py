@@ -1,4 +1,4 @@
-"""Check: the output layer on the T predicting positions (`logits_to_keep` as positions, cory.rollout.forward_response)
+"""Check: the output layer on the T predicting positions (`logits_to_keep` as positions, cory.rl.rollout.forward_response)
 gives the logits and gradients of the old way (the last T+1 positions, the last one sliced off), at the default
 profile's IMDB model shape under the RL runs' bf16 autocast.
 
@@ -12,9 +12,10 @@ matmul over B x T instead of B x (T+1) rows, summed in another order); on the CP
 
 import torch
 
-from cory.pretrain import build_causal_lm
-from cory.rollout import autocast, position_ids
-from cory.settings import LMConfig
+from cory.tasks.pretrain import build_causal_lm
+from cory.rl.decoding import position_ids
+from cory.rl.kernels import autocast
+from cory.tasks.config import LMConfig
 
 
 def main() -> None:

@@ -18,7 +18,8 @@ def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] |
     rng = random.Random(seed)
     if task == "sentiment":
         return [" ".join(rng.choice(QUERY_WORDS) for _ in range(rng.randint(2, 8))) for _ in range(n)], None
-    from cory.mathgen import MathGenConfig, generate_problems
+    from cory.tasks.config import MathGenConfig
+    from cory.tasks.mathgen import generate_problems
 
     problems = generate_problems(MathGenConfig(n_pretrain=0, n_rl=n, n_test=0, seed=seed))["rl"]
     return [p["question"] for p in problems], [p["answer"] for p in problems]
@@ -47,7 +48,7 @@ def set_dotted(tree: dict[str, Any], item: str) -> dict[str, Any]:
 
 def dotted_overrides(spec: str) -> dict[str, Any]:
     """'ppo.mixed_precision=false,ppo.forward_batch_size=64' -> {'ppo': {'mixed_precision': False, ...}}: comma-separated
-    dotted KEY=VALUE settings (values read as YAML) as the nested dict that cory.config.merge takes."""
+    dotted KEY=VALUE settings (values read as YAML) as the nested dict that cory.schema.merge takes."""
     tree: dict[str, Any] = {}
     for item in filter(None, spec.split(",")):
         set_dotted(tree, item)
@@ -57,7 +58,8 @@ def dotted_overrides(spec: str) -> dict[str, Any]:
 def with_settings(train, overrides: dict[str, Any]):
     """A run's resolved TrainConfig with `overrides` (a nested dict of train settings) put over it, so that a setting
     its experiment group or run sets is changed too (the benchmarks' --variant and --set)."""
-    from cory.config import TrainConfig, from_dict, merge, to_dict
+    from cory.rl.config import TrainConfig
+    from cory.schema import from_dict, merge, to_dict
 
     return from_dict(TrainConfig, merge(to_dict(train), overrides), "train")
 

@@ -34,7 +34,7 @@ def main() -> None:
             os.environ["CORY_PARAMS"] = str(profile_params(args.profile, Path(tmp)))
         from torch._dynamo.utils import counters
 
-        from cory.trainer import Trainer
+        from cory.rl.trainer import Trainer
         from scripts.bench_rl import build
 
         cfg, lm, tokenizer, reward, queries, answers = build(args.group, args.run, Path(tmp), args.variant)

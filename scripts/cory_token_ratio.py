@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import random
 
-from cory.data import IMDBDataConfig, load_imdb
-from cory.tokenizer import OFFLINE_GPT2, load_tokenizer
+from cory.tasks.config import IMDBDataConfig
+from cory.tasks.imdb import load_imdb
+from cory.tasks.tokenizer import OFFLINE_GPT2, load_tokenizer
 from pipeline.profile import render
 
 

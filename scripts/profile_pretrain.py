@@ -3,7 +3,7 @@
     python -m scripts.profile_pretrain [--model imdb_large] [--steps 20] [--warmup 5] [--profile-steps 3]
 
 Builds the params' base model (random weights, the profile's `lm` shape and GPT-2's vocabulary, or the size given by
---vocab) and trains it on random token windows exactly as `cory.pretrain.pretrain_lm` steps (the profile's
+--vocab) and trains it on random token windows exactly as `cory.tasks.pretrain.pretrain_lm` steps (the profile's
 `pretrain` settings: batch tokens, micro-batches, regional compilation, fused AdamW, bf16 autocast), then prints its
 tokens per second alone (the base_models stage runs its models at once, so its metrics show them sharing the GPU)
 and, from torch.profiler over a few steps, the GPU time per step by kind of kernel and the costliest kernels.
@@ -18,10 +18,10 @@ from collections import defaultdict
 
 import torch
 
-from cory.pretrain import _adamw, _setup, _sync, _warmup_cosine, build_causal_lm, compiled_loss, train_step
-from cory.settings import LMConfig, PretrainConfig
-from pipeline.common import load_params, section
-from pipeline.params import BaseModelConfig
+from cory.tasks.pretrain import build_causal_lm, compiled_loss, train_step
+from cory.tasks.training import adamw, setup, sync, warmup_cosine
+from cory.tasks.config import LMConfig, PretrainConfig
+from pipeline.params import load_params
 
 GPT2_VOCAB = 50257
 
@@ -55,26 +55,26 @@ def profile_pretraining(lm: LMConfig, pre: PretrainConfig, vocab: int, steps: in
     """Train a random model of shape `lm` as pretrain_lm does; returns the seconds of a step alone, tokens per second,
     peak GPU memory (GiB, None on a CPU), and from the profiler the device time a step ({kind: ms}, on a CPU its
     operators' own CPU time) and the costliest kernels [(name, ms a step, calls a step)]."""
-    bf16 = _setup(device)
+    bf16 = setup(device)
     torch.manual_seed(0)
     model = build_causal_lm(lm, vocab, 0).to(device).train()
-    optimizer = _adamw(model, pre.learning_rate, pre.weight_decay, pre.betas, bf16)
-    schedule = _warmup_cosine(optimizer, pre.warmup_steps, 10_000, pre.min_lr_ratio)
+    optimizer = adamw(model, pre.learning_rate, pre.weight_decay, pre.betas, bf16)
+    schedule = warmup_cosine(optimizer, pre.warmup_steps, 10_000, pre.min_lr_ratio)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with compiled_loss(model, pre.compile) as loss_fn:
         started = time.perf_counter()
         train_steps(model, loss_fn, optimizer, schedule, pre, vocab, warmup, device, bf16)
-        _sync(device)
+        sync(device)
         warmup_seconds = time.perf_counter() - started
         started = time.perf_counter()
         train_steps(model, loss_fn, optimizer, schedule, pre, vocab, steps, device, bf16)
-        _sync(device)
+        sync(device)
         seconds = (time.perf_counter() - started) / steps
         with torch.profiler.profile(activities=activities) as prof:
             train_steps(model, loss_fn, optimizer, schedule, pre, vocab, profile_steps, device, bf16)
-            _sync(device)
+            sync(device)
     on = torch.autograd.DeviceType.CUDA if device == "cuda" else torch.autograd.DeviceType.CPU
     events = [e for e in prof.key_averages() if e.device_type == on]
     own = (lambda e: e.self_device_time_total) if device == "cuda" else (lambda e: e.self_cpu_time_total)
@@ -104,7 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("profile_pretrain: needs a GPU (the profile's base models are sized for one)")
-    cfg = section(load_params(), f"base_models.{args.model}", BaseModelConfig)
+    cfg = load_params().base_models[args.model]
     pre = cfg.pretrain
     print(f"profile_pretrain: {args.model} (vocabulary {args.vocab}) on {torch.cuda.get_device_name()}: "
           f"{pre.batch_tokens // pre.seq_len} x {pre.seq_len} tokens a step in {pre.micro_batches} micro-batches, "

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from cory.config import ConfigError
+from cory.schema import ConfigError
 from scripts.common import dotted_overrides
 
 GROUP = "variants"
@@ -42,10 +42,11 @@ METRICS = ["task_reward", "probe_task_reward", "kl", "entropy", "policy_clipfrac
 
 def write(group: str, iterations: int | None, seed_list: list[int] | None, runs: list[str],
           evaluate: bool = False, base: str = "") -> dict:
-    from cory.config import merge
-    from pipeline.common import load_params
+    from cory.schema import merge
+    from pipeline.params import load_params, params_path, read_yaml
 
-    params = load_params()
+    load_params()  # valid, before it is changed
+    params = read_yaml(params_path())
     if group not in (params.get("experiments") or {}):
         raise ConfigError(f"--group: no experiment group {group!r} in the params (have: {list(params['experiments'])})")
     variant_group = copy.deepcopy(params["experiments"][group])
@@ -99,15 +100,15 @@ def summary(root: Path, block: int = 10) -> None:
             print(f"  sample (iteration {s['iteration']}): {s['query']!r} -> {s['pioneer_response']!r}")
 
 
-def materialize(params: dict) -> None:
+def materialize(params) -> None:
     """Write <checkpoint_dir>/llm1/ from <checkpoint_dir>/resume/ for the variant runs that a time limit stopped."""
     from safetensors.torch import load_model
 
-    from cory.experiments import load_lm
-    from cory.tokenizer import load_tokenizer
-    from pipeline.common import out_dir
+    from cory.runs.run import load_lm
+    from cory.tasks.tokenizer import load_tokenizer
+    from pipeline.paths import out_dir
 
-    base = out_dir(params, "models", params["tasks"][params["experiments"][GROUP]["task"]]["model"])
+    base = out_dir(params, "models", params.tasks[params.experiments[GROUP].task].model)
     for resume in sorted(out_dir(params, "checkpoints", GROUP).glob("*/seed*/resume")):
         target = resume.parent / "llm1"
         latest = resume / "latest"
@@ -121,22 +122,22 @@ def materialize(params: dict) -> None:
         print(f"materialize: {target} from {checkpoint.name} (stopped early)")
 
 
-def drift(params: dict, block: int = 10, n_samples: int = 16) -> None:
+def drift(params, block: int = 10, n_samples: int = 16) -> None:
     """Base model and LLM1 on the problems of each variant run's first and last `block` iterations (docstring above)."""
     import dataclasses
 
     import numpy as np
     from transformers import AutoModelForCausalLM
 
-    from cory.evaluation import evaluate_pass_at_k
-    from cory.experiments import batches, load_queries
-    from cory.tokenizer import load_tokenizer
-    from pipeline.common import device, out_dir, section
-    from pipeline.params import EvaluateConfig
+    from cory.tasks.evaluation import evaluate_pass_at_k
+    from cory.runs.run import batches, load_queries
+    from cory.tasks.tokenizer import load_tokenizer
+    from pipeline.common import device
+    from pipeline.paths import out_dir
 
-    task = params["tasks"][params["experiments"][GROUP]["task"]]
-    queries, answers = load_queries(out_dir(params, task["prompts"]))
-    cfg = dataclasses.replace(section(params, "evaluation", EvaluateConfig), n_samples=n_samples, ks=(1,))
+    task = params.tasks[params.experiments[GROUP].task]
+    queries, answers = load_queries(out_dir(params, task.prompts))
+    cfg = dataclasses.replace(params.evaluation, n_samples=n_samples, ks=(1,))
     on = device()
 
     def pass1(folder: Path, idx: np.ndarray) -> float:
@@ -145,7 +146,7 @@ def drift(params: dict, block: int = 10, n_samples: int = 16) -> None:
                                     [answers[i] for i in idx], cfg.prompt_template, cfg)
         return result["pass_at_k"][1]
 
-    base, cache = out_dir(params, "models", task["model"]), {}
+    base, cache = out_dir(params, "models", task.model), {}
     print(f"drift: pass@1 ({n_samples} samples at the evaluate stage's settings) on the problems of each run's first "
           f"and last {block} iterations, beside the training reward the run logged on them")
     print("run/seed  iterations  base@first  base@last  llm1@first  llm1@last  logged@first  logged@last")
@@ -189,14 +190,15 @@ def main(argv: list[str]) -> None:
         yaml.safe_dump(write(args.group, args.iterations, args.seeds, args.run, args.evaluate, args.base), sys.stdout,
                        sort_keys=False)
     elif args.command in ("materialize", "drift"):
-        from pipeline.common import load_params
+        from pipeline.params import load_params
 
         if args.command == "drift":
             drift(load_params(), args.block, args.samples)
         else:
             materialize(load_params())
     else:
-        from pipeline.common import load_params, out_dir
+        from pipeline.params import load_params
+        from pipeline.paths import out_dir
 
         summary(Path(args.root) if args.root else out_dir(load_params(), "runs", GROUP))
 

@@ -9,10 +9,11 @@ import time
 
 import torch
 
-import cory.mathgen as mg
-from cory.pretrain import LMConfig, build_causal_lm, pretrain_lm
-from cory.settings import PretrainConfig
-from cory.tokenizer import corpus_vocabulary, load_tokenizer
+import cory.tasks.mathgen as mg
+from cory.tasks.config import LMConfig
+from cory.tasks.pretrain import build_causal_lm, pretrain_lm
+from cory.tasks.config import PretrainConfig
+from cory.tasks.tokenizer import corpus_vocabulary, load_tokenizer
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from cory.config import merge
+from cory.schema import merge
 from pipeline.profile import render
 from scripts import bench_paper, build_standins
 

@@ -6,9 +6,10 @@ import dataclasses
 import pytest
 import torch
 
-from cory.config import ConfigError, PPOConfig, TrainConfig
-from cory.learner import make_experience, ppo_update
-from cory.trainer import Trainer
+from cory.rl.config import PPOConfig, TrainConfig
+from cory.schema import ConfigError
+from cory.rl.learner import make_experience, ppo_update
+from cory.rl.trainer import Trainer
 
 from test_trainer import QUERIES, config
 from tiny import good_word_reward, tiny_lm, tiny_tokenizer

@@ -4,10 +4,11 @@ import datasets
 import huggingface_hub
 import pytest
 
-from cory.config import ConfigError, from_dict
-from cory.data import IMDBDataConfig, build_prompts, clean_review, load_imdb, read_jsonl, split_imdb
-from cory.experiments import load_queries
-from cory.tokenizer import load_tokenizer
+from cory.schema import ConfigError, from_dict
+from cory.tasks.config import IMDBDataConfig
+from cory.tasks.imdb import build_prompts, clean_review, load_imdb, read_jsonl, split_imdb
+from cory.runs.run import load_queries
+from cory.tasks.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")

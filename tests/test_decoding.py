@@ -1,17 +1,17 @@
-"""cory.decoding: the whole decoding step as one compiled step samples exactly what transformers' `generate` samples."""
+"""cory.rl.decoding: the whole decoding step as one compiled step samples exactly what transformers' `generate` samples."""
 
 import pytest
 import torch
 import transformers
 from packaging.version import Version
 
-from cory.config import GenerationConfig
-from cory.decoding import cache_shapes
-from cory.rollout import generate
+from cory.rl.config import GenerationConfig
+from cory.rl.decoding import cache_shapes
+from cory.rl.rollout import generate
 
 from tiny import tiny_lm, tiny_tokenizer
 
-# transformers < 5.23 penalised the prompt's left padding (the pad token) in `generate`; cory.decoding leaves it out, as
+# transformers < 5.23 penalised the prompt's left padding (the pad token) in `generate`; cory.rl.decoding leaves it out, as
 # `generate` does since: there the two agree only without a repetition penalty.
 PADDING_PENALISED = Version(transformers.__version__) < Version("5.23")
 PENALTY = 1.0 if PADDING_PENALISED else 1.1
@@ -49,7 +49,7 @@ SETTINGS = {
 def test_graph_decoding_samples_what_generate_samples(setting, strength):
     kwargs = SETTINGS[setting]
     if PADDING_PENALISED and kwargs["repetition_penalty"] != 1.0:
-        pytest.skip(f"transformers {transformers.__version__} penalises the prompt's padding; cory.decoding does not")
+        pytest.skip(f"transformers {transformers.__version__} penalises the prompt's padding; cory.rl.decoding does not")
     lm = eos_prone_lm(strength)
     dynamic = samples(lm, GenerationConfig(cache="dynamic", **kwargs), max_new_tokens=11)
     graph = samples(lm, GenerationConfig(cache="graph", **kwargs), max_new_tokens=11)
@@ -107,7 +107,7 @@ def test_the_compiled_step_samples_what_generate_samples():
     mode), with EOS likely enough that rows end at different steps, over two calls that reuse the decoder."""
     from torch._dynamo.utils import counters
 
-    from cory.decoding import decoder_for
+    from cory.rl.decoding import decoder_for
 
     lm, tok = eos_prone_lm(2.0), tiny_tokenizer()
     gen = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
@@ -126,14 +126,14 @@ def test_the_compiled_step_samples_what_generate_samples():
 
 
 def test_generation_cache_names_the_choices():
-    from cory.config import ConfigError
+    from cory.schema import ConfigError
 
     with pytest.raises(ConfigError, match="dynamic, static or graph"):
         GenerationConfig(cache="paged")
 
 
 def test_a_gpu_decoding_step_may_use_cudnn_attention_which_the_rl_processes_turn_off_elsewhere():
-    from cory.decoding import decoding_attention
+    from cory.rl.decoding import decoding_attention
 
     was = torch.backends.cuda.cudnn_sdp_enabled()
     torch.backends.cuda.enable_cudnn_sdp(False)  # as configure_gpu_for_rl does on a GPU
@@ -150,7 +150,7 @@ def test_nan_logits_stop_the_sample_with_one_error_and_no_sampler_assert(cache):
     """A diverged policy (NaN logits) is named once the sample ends, by every sampler: the graph decoder records it on
     the device and draws padding meanwhile; `generate` gets a processor that zeroes the NaN scores, so torch's
     multinomial (a device-side assert on a GPU) never sees them."""
-    from cory.ppo import NonFiniteError
+    from cory.rl.ppo import NonFiniteError
 
     lm = tiny_lm()
     with torch.no_grad():
@@ -161,7 +161,7 @@ def test_nan_logits_stop_the_sample_with_one_error_and_no_sampler_assert(cache):
 
 def test_a_decoder_that_saw_nan_samples_normally_again():
     """The flag is reset per sample: a kept decoder is not poisoned by an earlier failure."""
-    from cory.ppo import NonFiniteError
+    from cory.rl.ppo import NonFiniteError
 
     lm = tiny_lm()
     gen = GenerationConfig(cache="graph")

@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from cory.config import ConfigError, from_dict
-from cory.evaluation import EvalConfig, evaluate_pass_at_k, pass_at_k
-from cory.tokenizer import load_tokenizer
+from cory.schema import ConfigError, from_dict
+from cory.tasks.evaluation import EvalConfig, evaluate_pass_at_k, pass_at_k
+from cory.tasks.tokenizer import load_tokenizer
 from pipeline.evaluate import (
     EvaluateConfig,
     evaluate,
@@ -17,7 +17,8 @@ from pipeline.evaluate import (
     prepare,
     summarise,
 )
-from pipeline.params import RuntimeConfig
+from pipeline.params import check_seeds
+from pipeline.sections import RuntimeConfig
 
 QUESTIONS = ["q0: 2+2?", "q1: 3+3?", "q2: 1+0?"]
 ANSWERS = ["4", "So 3+3=6.\n#### 6", "1"]
@@ -146,16 +147,35 @@ def test_stage_config_errors_name_the_setting():
         stage_config(ks=[1, 3])
 
 
-def test_pass_at_k_evaluates_the_seeds_of_the_group_it_reads():
+def test_training_seeds_are_checked():
+    """The evaluate stage's seeds are params' (checked with the whole tree, once)."""
+    assert check_seeds([0, 1]) == [0, 1]
+    for bad in (None, [], [0, 0], [0, "1"], 3):
+        with pytest.raises(ConfigError, match="^seeds: "):
+            check_seeds(bad)
+
+
+def test_pass_at_k_evaluates_the_seeds_of_the_group_it_reads(default_tree):
     """The models' group's own seeds (the IMDB groups may train more), else the top-level seeds."""
+    import copy
     from pipeline.params import evaluation_seeds
 
-    models = {"base": "models/math", "ppo": "checkpoints/math/ppo/seed{seed}/llm1"}
-    params = {"seeds": [0, 1, 2, 3], "evaluation": {"models": models}, "experiments": {"math": {"seeds": [0, 2]}}}
-    assert evaluation_seeds(params) == [0, 2]
-    params["experiments"]["math"]["seeds"] = None
-    assert evaluation_seeds(params) == [0, 1, 2, 3]
-    assert evaluation_seeds({**params, "evaluation": {"models": {"base": "models/math"}}}) == [0, 1, 2, 3]
+    tree = copy.deepcopy(default_tree)
+    tree.seeds = [0, 1, 2, 3]
+    tree.experiments["math"].seeds = [0, 2]
+    assert evaluation_seeds(tree) == [0, 2]
+    tree.experiments["math"].seeds = None
+    assert evaluation_seeds(tree) == [0, 1, 2, 3]
+    tree.evaluation.models = {"base": "models/math"}
+    assert evaluation_seeds(tree) == [0, 1, 2, 3]
+
+
+@pytest.fixture
+def default_tree():
+    from pipeline.params import validate
+    from pipeline.profile import render
+
+    return validate(render("default"))
 
 
 def test_model_runs_expand_seeds(tmp_path):

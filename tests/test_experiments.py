@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cory.config import ConfigError, from_dict
-from cory.experiments import ExperimentConfig, TaskConfig, expand_jobs
+from cory.schema import ConfigError, from_dict
+from cory.runs.config import ExperimentConfig, TaskConfig, expand_jobs
 
 TASK = TaskConfig(model="m", prompts="p.jsonl", reward="math")
 RUNS = {"ppo": {"train": {"cory": {"n_agents": 1}}}, "cory": {}}

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cory.config import ConfigError
+from cory.schema import ConfigError
 from cory.tasks.gguf import GGUFError, check_sha256, package_file, sha256_of
 from pipeline.params import validate
 from pipeline.profile import render
@@ -70,8 +70,8 @@ def test_gguf_settings_are_checked_with_the_params(model, message):
 def test_the_stage_checks_the_file_before_any_model_trains(fake_package, monkeypatch):
     """A wrong sha256 stops base_models with one line naming the setting, before a model is built."""
     from pipeline import base_models
-    from pipeline.params import BaseModelConfig
-    from cory.config import from_dict
+    from pipeline.sections import BaseModelConfig
+    from cory.schema import from_dict
 
     cfg = from_dict(BaseModelConfig, {"corpus": "imdb", "source": "gguf",
                                       "gguf": {"package": "fake-gguf-pkg", "file": "model.gguf", "sha256": "1" * 64}})

@@ -7,7 +7,7 @@ The numbers were recorded on CPU with torch 2.13 (the version CI installs).
 import pytest
 import torch
 
-from cory.trainer import Trainer
+from cory.rl.trainer import Trainer
 
 from test_trainer import QUERIES, config
 from tiny import good_word_reward, tiny_lm, tiny_tokenizer

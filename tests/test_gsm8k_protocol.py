@@ -5,10 +5,11 @@ model (EOS drawn, sampling goes on)."""
 import pytest
 import torch
 
-from cory.config import ConfigError, GenerationConfig, from_dict
-from cory.evaluation import evaluate_authors_protocol
-from cory.rollout import generate
-from cory.settings import AuthorsProtocolConfig, EvalConfig
+from cory.rl.config import GenerationConfig
+from cory.schema import ConfigError, from_dict
+from cory.tasks.evaluation import evaluate_authors_protocol
+from cory.rl.rollout import generate
+from cory.tasks.config import AuthorsProtocolConfig, EvalConfig
 from cory.tasks.gsm8k_protocol import (
     INVALID, PROMPT_TEMPLATE, any_of_k, authors_prompt, clean_answer, gold_answer, is_correct,
 )

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cory.config import ConfigError, from_dict
-from cory.mathgen import (
-    MathDataConfig,
-    MathGenConfig,
+from cory.schema import ConfigError, from_dict
+from cory.tasks.config import MathDataConfig, MathGenConfig
+from cory.tasks.mathgen import (
     format_example,
     format_example_with_reference,
     format_prompt,
@@ -21,7 +20,7 @@ from cory.mathgen import (
     sample_reference,
     wrong_solution,
 )
-from cory.rewards import MathReward, gsm8k_answer
+from cory.tasks.rewards import MathReward, gsm8k_answer
 
 ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>(\S+)")
 EXPRESSION = re.compile(r"\d+(?:[-+*/]\d+)+")

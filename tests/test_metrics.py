@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from cory.metrics import GLOSSARY, MetricsWriter, describe, distinct_n, glossary_markdown
+from cory.report.markdown import glossary_markdown
+from cory.rl.metrics import GLOSSARY, MetricsWriter, describe, distinct_n
 
 AGENT_KEYS = [
     "task_reward", "kl", "combined_reward", "training_score", "kl_coef", "kl_penalty", "policy_loss", "value_loss",

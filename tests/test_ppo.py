@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from cory import ppo
+from cory.rl import ppo
 
 
 def t(x):

@@ -10,20 +10,13 @@ import torch.nn.functional as F
 from tiny import WORDS, tiny_tokenizer
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from cory.config import ConfigError, from_dict
-from cory.classifier import ClassifierConfig, build_classifier, classifier_accuracy, train_reward_classifier
-from cory.pretrain import (
-    LMConfig,
-    PretrainConfig,
-    build_causal_lm,
-    count_parameters,
-    lm_loss,
-    load_pretrained,
-    pretrain_lm,
-    sample_texts,
-    save_model,
-)
-from cory.tracking import FinishedRun
+from cory.schema import ConfigError, from_dict
+from cory.tasks.classifier import build_classifier, classifier_accuracy, train_reward_classifier
+from cory.tasks.config import ClassifierConfig
+from cory.hf import count_parameters, load_pretrained, save_model
+from cory.tasks.config import LMConfig, PretrainConfig
+from cory.tasks.pretrain import build_causal_lm, lm_loss, pretrain_lm, sample_texts
+from cory.tracking.runs import FinishedRun
 
 TINY = LMConfig(n_layer=2, n_embd=32, n_head=2, n_positions=64, dropout=0.0)
 
@@ -121,7 +114,7 @@ def test_regional_compilation_takes_the_eager_steps_and_leaves_the_blocks_eager(
 
 
 def test_regional_compilation_of_a_model_without_blocks_names_the_setting():
-    from cory.pretrain import compiled_loss
+    from cory.tasks.pretrain import compiled_loss
 
     model = torch.nn.Module()
     model.base_model = torch.nn.Linear(2, 2)  # no list of blocks to compile one by one
@@ -165,7 +158,7 @@ def test_classifier_accuracy_reads_the_last_real_token_under_padding(tok):
 
 
 def test_tail_truncation_reads_the_end_of_a_long_review(tok):
-    from cory.classifier import _encode_reviews
+    from cory.tasks.classifier import _encode_reviews
 
     head, lengths = _encode_reviews(tok, ["the movie was very good"], 2)
     tail, _ = _encode_reviews(tok, ["the movie was very good"], 2, tail=True)
@@ -215,13 +208,45 @@ def test_loading_says_the_hub_is_unreachable_offline(monkeypatch, tmp_path):
 # --------------------------------------------------------------------------------------------------------------------
 
 
+class Project(dict):
+    """The params of a test project as the stages read them (pipeline.params.Params' sections, typed anew from the
+    mapping at each read, so that a test changes a setting by changing the mapping)."""
+
+    @property
+    def profile(self) -> str:
+        return self["profile"]
+
+    @property
+    def base_models(self) -> dict:
+        from cory.schema import from_dict
+        from pipeline.sections import BaseModelConfig
+
+        return {name: from_dict(BaseModelConfig, cfg, f"base_models.{name}") for name, cfg in self["base_models"].items()}
+
+    @property
+    def reward_model(self):
+        from cory.schema import from_dict
+        from pipeline.sections import RewardModelConfig
+
+        return from_dict(RewardModelConfig, self["reward_model"], "reward_model")
+
+    @property
+    def runtime(self):
+        from cory.schema import from_dict
+        from pipeline.sections import RuntimeConfig
+
+        return from_dict(RuntimeConfig, self.get("runtime", {}), "runtime")
+
+
 @pytest.fixture
 def project(tmp_path, monkeypatch, tok):
     """A profile "t" under tmp_path with toy IMDB splits, math problems and a tiny tokenizer folder."""
     import pipeline.common
-    from cory.mathgen import MathGenConfig, generate_problems
+    import pipeline.paths
+    from cory.tasks.config import MathGenConfig
+    from cory.tasks.mathgen import generate_problems
 
-    monkeypatch.setattr(pipeline.common, "ROOT", tmp_path)
+    monkeypatch.setattr(pipeline.paths, "ROOT", tmp_path)
     tok.save_pretrained(tmp_path / "tok")
     texts, labels = toy_sentiment(48)
     rows = [{"text": t, "label": y} for t, y in zip(texts, labels)]
@@ -233,7 +258,7 @@ def project(tmp_path, monkeypatch, tok):
     lm = {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64}
     pretrain = {"steps": 4, "batch_tokens": 64, "seq_len": 16, "eval_every": 2}
     model = {"tokenizer": str(tmp_path / "tok"), "lm": lm, "pretrain": pretrain, "samples": 2, "sample_tokens": 3}
-    return {
+    return Project({
         "profile": "t",
         "base_models": {
             "imdb_small": {"corpus": "imdb", **model},
@@ -241,14 +266,14 @@ def project(tmp_path, monkeypatch, tok):
             "math": {"corpus": "math", "holdout": 4, **model},
         },
         "reward_model": {"classifier": {"epochs": 3, "batch_size": 8, "max_length": 16, "learning_rate": 3e-3, "warmup_steps": 2}},
-    }
+    })
 
 
 def test_base_model_stage_writes_a_loadable_model_metrics_and_samples(project):
-    from pipeline.base_models import BaseModelConfig, build_base_model
-    from pipeline.common import out_dir, section
+    from pipeline.base_models import build_base_model
+    from pipeline.paths import out_dir
 
-    small = section(project, "base_models.imdb_small", BaseModelConfig)
+    small = project.base_models["imdb_small"]
     metrics, record, samples = build_base_model("imdb_small", small, project, "cpu")
     assert metrics["steps"] == 4 and metrics["val_perplexity"] > 1 and "param_ratio" not in metrics
     # where its time went: the parts are inside the whole, and the whole is inside the function's own wall time
@@ -261,7 +286,7 @@ def test_base_model_stage_writes_a_loadable_model_metrics_and_samples(project):
     assert AutoModelForCausalLM.from_pretrained(model_dir).num_parameters() == metrics["params"]
     assert (model_dir / "training.json").is_file()
 
-    large = section(project, "base_models.imdb_large", BaseModelConfig)
+    large = project.base_models["imdb_large"]
     metrics_large, _, _ = build_base_model("imdb_large", large, project, "cpu")
     assert metrics_large["param_ratio"] == pytest.approx(metrics_large["params"] / metrics["params"])
     assert metrics_large["param_ratio"] > 1.2
@@ -269,7 +294,9 @@ def test_base_model_stage_writes_a_loadable_model_metrics_and_samples(project):
 
 def test_base_models_stage_keeps_the_models_whose_inputs_are_unchanged(project, tmp_path, monkeypatch):
     import pipeline.base_models as stage
-    from pipeline.common import content_digest, out_dir, write_jsonl
+    from pipeline.common import write_jsonl
+    from pipeline.units import content_digest
+    from pipeline.paths import out_dir
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     code = {"base": "the stage's code", "reward": "the reward model's code"}
@@ -290,7 +317,8 @@ def test_base_models_stage_keeps_the_models_whose_inputs_are_unchanged(project, 
         assert out_dir(project, kind, "base_models", "math.json").is_file()
     assert json.loads(out_dir(project, "metrics", "reward_model.json").read_text())["seconds"] > 0
     # another math corpus: only the math model is stale
-    from cory.mathgen import MathGenConfig, generate_problems
+    from cory.tasks.config import MathGenConfig
+    from cory.tasks.mathgen import generate_problems
     write_jsonl(out_dir(project, "data", "math", "pretrain.jsonl"),
                 generate_problems(MathGenConfig(n_pretrain=20, n_rl=0, n_test=0, seed=1))["pretrain"])
     assert current()[1] == {"imdb_small", "imdb_large", "reward"}
@@ -379,10 +407,9 @@ def test_on_a_gpu_the_reward_model_trains_in_its_base_models_process_after_it(pr
 
 
 def test_math_base_model_trains_on_formatted_problems_with_a_holdout(project):
-    from pipeline.base_models import BaseModelConfig, build_base_model, corpus_texts
-    from pipeline.common import section
+    from pipeline.base_models import build_base_model, corpus_texts
 
-    cfg = section(project, "base_models.math", BaseModelConfig)
+    cfg = project.base_models["math"]
     train, validation, prompts = corpus_texts("math", cfg, project)
     assert len(validation) == 4 and len(train) >= 16
     assert all(text.startswith("Question: ") and "\nAnswer: " in text and "####" in text for text in validation)
@@ -393,8 +420,9 @@ def test_math_base_model_trains_on_formatted_problems_with_a_holdout(project):
 
 
 def test_corpus_vocabulary_tokenizes_its_corpus_as_gpt2_does_with_fewer_ids(tmp_path):
-    from cory.mathgen import MathGenConfig, generate_problems, pretraining_texts
-    from cory.tokenizer import corpus_vocabulary, load_tokenizer
+    from cory.tasks.config import MathGenConfig
+    from cory.tasks.mathgen import generate_problems, pretraining_texts
+    from cory.tasks.tokenizer import corpus_vocabulary, load_tokenizer
 
     texts = pretraining_texts(generate_problems(MathGenConfig(n_pretrain=200, n_rl=0, n_test=0))["pretrain"],
                               slip_rate=0.5)
@@ -415,12 +443,12 @@ def test_corpus_vocabulary_tokenizes_its_corpus_as_gpt2_does_with_fewer_ids(tmp_
 
 
 def test_math_base_model_on_the_corpus_vocabulary(project):
-    from pipeline.base_models import BaseModelConfig, build_base_model, parameter_count
-    from pipeline.common import out_dir, section
+    from pipeline.base_models import build_base_model, parameter_count
+    from pipeline.paths import out_dir
 
     math = project["base_models"]["math"]
     math["tokenizer"], math["lm"] = "offline-gpt2:corpus", {**math["lm"], "n_positions": 128}  # GPT-2's pieces: longer
-    cfg = section(project, "base_models.math", BaseModelConfig)
+    cfg = project.base_models["math"]
     metrics, _, samples = build_base_model("math", cfg, project, "cpu")
     model = AutoModelForCausalLM.from_pretrained(out_dir(project, "models", "math"))
     tokenizer = AutoTokenizer.from_pretrained(out_dir(project, "models", "math"))
@@ -430,7 +458,7 @@ def test_math_base_model_on_the_corpus_vocabulary(project):
 
 
 def test_base_model_config_checks_the_holdout():
-    from pipeline.base_models import BaseModelConfig
+    from pipeline.sections import BaseModelConfig
 
     with pytest.raises(ConfigError, match=r"base_models.m.holdout: must be > 0 for the math corpus"):
         from_dict(BaseModelConfig, {"corpus": "math"}, "base_models.m")
@@ -439,15 +467,15 @@ def test_base_model_config_checks_the_holdout():
 
 
 def test_reward_stage_trains_from_the_base_model_and_scores_like_the_rl_reward(project):
-    from cory.rewards import SentimentReward
-    from pipeline.base_models import BaseModelConfig, build_base_model
-    from pipeline.common import out_dir, section
-    from pipeline.reward_model import RewardModelConfig, build_reward_model
+    from cory.tasks.rewards import SentimentReward
+    from pipeline.base_models import build_base_model
+    from pipeline.paths import out_dir
+    from pipeline.reward_model import build_reward_model
 
     with pytest.raises(FileNotFoundError, match=r"holds no model \(run the base_models stage"):
-        build_reward_model(section(project, "reward_model", RewardModelConfig), project, "cpu")
-    build_base_model("imdb_small", section(project, "base_models.imdb_small", BaseModelConfig), project, "cpu")
-    metrics, record = build_reward_model(section(project, "reward_model", RewardModelConfig), project, "cpu")
+        build_reward_model(project.reward_model, project, "cpu")
+    build_base_model("imdb_small", project.base_models["imdb_small"], project, "cpu")
+    metrics, record = build_reward_model(project.reward_model, project, "cpu")
     assert metrics["accuracy"] == 1.0 and "accuracy_prefix32" in metrics
     assert [row["epoch"] for row in record["history"]] == [1.0, 2.0, 3.0]
     reward = SentimentReward(str(out_dir(project, "models", "reward")))
@@ -463,16 +491,16 @@ def test_reward_config_rejects_init_from_with_a_loaded_source():
 
 
 def test_texts_are_tokenized_once_per_process_and_packed_and_cropped_as_before():
-    """cory.tokenizer.encode: the same texts under the same vocabulary (another tokenizer object, one a call left
+    """cory.tasks.tokenizer.encode: the same texts under the same vocabulary (another tokenizer object, one a call left
     padding and truncation set on) come from one tokenization; pack and the classifier's head and tail crops give
     what tokenizing each text on its own gives."""
     import random
 
     import numpy as np
 
-    from cory import tokenizer as tokenization
-    from cory.classifier import _encode_reviews
-    from cory.pretrain import pack
+    from cory.tasks import tokenizer as tokenization
+    from cory.tasks.classifier import _encode_reviews
+    from cory.tasks.pretrain import pack
 
     random.seed(1)
     words = "the movie was great but acting terrible plot twist I loved it never é ☃".split()

@@ -1,6 +1,6 @@
 """scripts/profile_pretrain.py on the CPU at a tiny shape: it trains, times and profiles pretrain_lm's step."""
 
-from cory.settings import LMConfig, PretrainConfig
+from cory.tasks.config import LMConfig, PretrainConfig
 from scripts.profile_pretrain import kind_of, profile_pretraining
 
 

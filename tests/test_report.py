@@ -2,12 +2,13 @@ import json
 import math
 import re
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from cory.claims import (
+from cory.report.claims import (
     HELD,
     INCONCLUSIVE,
     NOT_HELD,
@@ -26,23 +27,16 @@ from cory.claims import (
     peak,
     reach_iteration,
 )
-from cory.config import ConfigError, from_dict
-from cory.experiments import ExperimentConfig
-from cory.metrics import MetricsWriter, glossary_markdown
-from cory.claims import Context, RateDifference, combined_fall_claim, fall_factor
-from cory.report.report import (
-    ReportConfig,
-    claim_markdown,
-    decimals,
-    fixed,
-    mean_std,
-    rerun_rows,
-    summary_json,
-    time_table,
-    write_report,
-)
+from cory.schema import ConfigError, from_dict
+from cory.runs.config import ExperimentConfig
+from cory.report.markdown import glossary_markdown
+from cory.rl.metrics import MetricsWriter
+from cory.report.claims import Context, RateDifference, combined_fall_claim, fall_factor
+from cory.report.config import ReportConfig
+from cory.report.markdown import claim_markdown, decimals, fixed, mean_std, rerun_rows, summary_json, time_table
+from cory.report.report import write_report
 from cory.report.stats import combine, side
-from cory.results import Run, load_inputs
+from cory.report.results import Run, load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
            "fig_coop_vs_comp", "fig_diversity")
@@ -323,7 +317,7 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     write_fixture(outputs)
     cfg = ReportConfig(deviations={"ppo.batch_size": "128 | not 256: time"}, collapse_kl=10.0)  # the fixture's PPO ends at KL ~15
     experiments = experiments_of(fixture_experiments())
-    claims = {c.key: c for c in write_report(outputs, reports, cfg, experiments, None, "fixture")}
+    claims = {c.key: c for c in write_report(outputs, reports, cfg, experiments, None, "fixture")[1]}
     assert {key: c.verdict for key, c in claims.items() if c.verdict != HELD} == {}
     assert all(decided_by_its_intervals(c) for c in claims.values())
     assert claims["pareto"].seeds == [0, 1, 2] and claims["pareto_math"].seeds == [0, 1]  # the math sweep's own seeds
@@ -420,13 +414,14 @@ def test_missing_group_run_seed_or_file_is_one_clear_error(tmp_path):
 
 
 def test_stage_main_on_a_one_seed_three_iteration_tree_writes_every_figure(tmp_path, monkeypatch):
-    import pipeline.common
+    import pipeline.paths
     import pipeline.report
 
     write_fixture(tmp_path / "outputs" / "fixture", seeds=(0,), iterations=3)
-    monkeypatch.setattr(pipeline.common, "ROOT", tmp_path)
+    monkeypatch.setattr(pipeline.paths, "ROOT", tmp_path)
     monkeypatch.setattr(pipeline.report, "ROOT", tmp_path)
-    params = {"profile": "fixture", "seeds": [0], "report": {}, "experiments": fixture_experiments(seeds=(0,))}
+    params = SimpleNamespace(profile="fixture", seeds=[0], report=ReportConfig(),  # the sections the stage reads
+                             experiments=experiments_of(fixture_experiments(seeds=(0,))))
     monkeypatch.setattr(pipeline.report, "load_params", lambda: params)
     pipeline.report.main()
     reports = tmp_path / "reports" / "fixture"
@@ -457,7 +452,7 @@ def test_a_profile_without_a_sweep_still_gets_a_report_whose_frontier_claim_is_n
         write_fixture(tmp_path / "with_imdb", seeds=(0, 1), iterations=6)
         shutil.copytree(tmp_path / "with_imdb" / "runs" / "pareto", outputs / "runs" / "pareto")
     experiments = experiments_of(fixture_experiments(seeds=(0, 1), sweeps=sweeps))
-    claims = {c.key: c for c in write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")}
+    claims = {c.key: c for c in write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")[1]}
     assert claims["pareto_math"].verdict == NOT_MEASURABLE and claims["pareto_math"].figure == ""
     assert (claims["pareto"].verdict == NOT_MEASURABLE) == ("imdb" not in sweeps)
     assert not (reports / "fig2c_pareto_math.png").exists()
@@ -478,7 +473,7 @@ def test_claim_without_common_seeds_is_not_measurable():
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The report reads true (issue 11, item 5)
+# The report reads true
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -662,7 +657,7 @@ def test_time_table_splits_the_time_between_the_stages_where_the_processes_recor
 
 
 def test_a_runs_phase_split_is_a_mean_over_the_seeds_that_recorded_it():
-    from cory.report.report import phase_split
+    from cory.report.markdown import phase_split
 
     run = Run("g/r", {}, {}, [], {0: 10.0, 1: 12.0})
     assert phase_split(run) == "-"  # written before phases were recorded

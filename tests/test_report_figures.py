@@ -1,5 +1,5 @@
 """The report's figures say what they show: bands within the seeds' range, no constant panel, eta labels apart,
-the combined reward's eta stated (issue 11, item 5). Figures are inspected as matplotlib objects, before saving."""
+the combined reward's eta stated. Figures are inspected as matplotlib objects, before saving."""
 
 import json
 
@@ -10,8 +10,10 @@ from matplotlib.collections import PolyCollection
 from matplotlib.text import Text
 from test_report import load_fixture, run_of, write_fixture
 
-from cory import plots
-from cory.report.report import ReportConfig, draw_figures, report_markdown, series
+from cory.report import plots
+from cory.report.config import ReportConfig
+from cory.report.figures import draw_figures, series
+from cory.report.markdown import report_markdown
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +144,7 @@ def test_combined_reward_panels_state_their_eta(drawn, tmp_path):
 
 
 def test_the_probe_panel_draws_only_the_iterations_the_probe_ran():
-    from cory.report.report import probe_panel
+    from cory.report.figures import probe_panel
 
     probed = np.full(30, np.nan)
     probed[[0, 10, 20, 29]] = [0.2, 0.25, 0.3, 0.32]

@@ -9,9 +9,10 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from cory.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
-from cory.experiments import Job, TaskConfig, run_training
-from cory.trainer import Trainer
+from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
+from cory.runs.config import Job, TaskConfig
+from cory.runs.run import run_training
+from cory.rl.trainer import Trainer
 
 from tiny import tiny_lm, tiny_tokenizer
 

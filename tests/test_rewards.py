@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cory.rewards import (
+from cory.schema import ConfigError
+from cory.tasks.rewards import (
     MathReward,
     SentimentReward,
     answers_match,
@@ -130,7 +131,7 @@ def tiny_classifier(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer GPT-2 classifier and the offline GPT-2 tokenizer, saved to a folder."""
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
-    from cory.tokenizer import load_tokenizer
+    from cory.tasks.tokenizer import load_tokenizer
 
     torch.manual_seed(0)
     config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, num_labels=2, pad_token_id=50256)
@@ -143,7 +144,7 @@ def tiny_classifier(tmp_path_factory) -> Path:
 def test_sentiment_reward_is_the_raw_positive_logit_whatever_the_batch(tiny_classifier):
     from transformers import AutoModelForSequenceClassification
 
-    from cory.tokenizer import load_tokenizer
+    from cory.tasks.tokenizer import load_tokenizer
 
     queries = ["This movie", "I", "The acting was", "Worst"]
     responses = [" was great fun from start to end.", " loved it", " wooden", " film ever, truly awful and long"]
@@ -173,9 +174,9 @@ def test_sentiment_reward_positive_index(tiny_classifier):
 
 
 def test_sentiment_reward_unloadable_models(tmp_path, hub_offline):
-    with pytest.raises(OSError, match="no such local folder"):
+    with pytest.raises(ConfigError, match="^sentiment classifier: .*: no such local folder"):
         SentimentReward(str(tmp_path / "missing" / "classifier"))
-    with pytest.raises(OSError, match="the local folder cannot be loaded"):
+    with pytest.raises(ConfigError, match="the local folder cannot be loaded"):
         SentimentReward(str(tmp_path))
-    with pytest.raises(OSError, match="hub is unreachable.*point at a local folder"):
+    with pytest.raises(ConfigError, match="hub is unreachable.*point at a local folder"):
         SentimentReward("lvwerra/distilbert-imdb")

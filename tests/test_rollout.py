@@ -4,11 +4,11 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from cory.agents import ValueHead
-from cory.config import GenerationConfig
-from cory.rollout import (
-    Rollout, decode_responses, forward_response, fuse_gelu, generate, mask_after_eos, position_ids,
-)
+from cory.rl.agents import ValueHead
+from cory.rl.config import GenerationConfig
+from cory.rl.decoding import position_ids
+from cory.rl.kernels import fuse_gelu
+from cory.rl.rollout import Rollout, decode_responses, forward_response, generate, mask_after_eos
 
 from tiny import WORDS, tiny_lm, tiny_tokenizer
 
@@ -126,7 +126,7 @@ def test_the_compiled_decoding_step_of_a_static_cache_samples_what_the_dynamic_c
 def test_generation_cache_must_be_dynamic_or_static():
     import pytest
 
-    from cory.config import ConfigError
+    from cory.schema import ConfigError
 
     with pytest.raises(ConfigError, match="cache"):
         GenerationConfig(cache="paged")
@@ -147,14 +147,14 @@ def test_suppress_eos_gives_every_response_the_drawn_length():
 
 
 def test_rl_on_a_gpu_turns_cudnn_attention_off_and_on_cpu_leaves_it(monkeypatch):
-    from cory import rollout
+    from cory.rl import kernels
 
     calls = []
     monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", lambda enabled: calls.append(("cudnn", enabled)))
     monkeypatch.setattr(torch, "set_float32_matmul_precision", lambda level: calls.append(("fp32", level)))
-    rollout.configure_gpu_for_rl("cpu")
+    kernels.configure_gpu_for_rl("cpu")
     assert calls == []
-    rollout.configure_gpu_for_rl("cuda:0")
+    kernels.configure_gpu_for_rl("cuda:0")
     assert calls == [("cudnn", False), ("fp32", "high")]
 
 
@@ -163,7 +163,7 @@ def test_an_aligned_lm_head_gives_the_same_logits_and_gradients_and_keeps_the_we
     the state dict are those of the plain layer."""
     import copy
 
-    from cory.rollout import AlignedLMHead, align_lm_head
+    from cory.rl.kernels import AlignedLMHead, align_lm_head
 
     plain = tiny_lm()  # 14-token vocabulary: padded to 64
     aligned = copy.deepcopy(plain)
@@ -184,7 +184,7 @@ def test_an_aligned_lm_head_gives_the_same_logits_and_gradients_and_keeps_the_we
 
 
 def test_align_lm_head_leaves_a_vocabulary_of_64_multiple_alone():
-    from cory.rollout import align_lm_head
+    from cory.rl.kernels import align_lm_head
 
     lm = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=128))
     assert not align_lm_head(lm) and type(lm.lm_head) is torch.nn.Linear

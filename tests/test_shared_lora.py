@@ -10,12 +10,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
-from cory.agents import Agent, AdaptersDisabled, frozen_reference, lora_config
-from cory.checkpoint import load_checkpoint, save_checkpoint
-from cory.config import ConfigError, PPOConfig, TrainConfig
-from cory.learner import make_experience, ppo_update
-from cory.rollout import forward_response, generate
-from cory.trainer import Trainer
+from cory.rl.agents import Agent, frozen_reference
+from cory.rl.lora import AdaptersDisabled, lora_config
+from cory.rl.checkpoint import load_checkpoint, save_checkpoint
+from cory.rl.config import PPOConfig, TrainConfig
+from cory.schema import ConfigError
+from cory.rl.learner import make_experience, ppo_update
+from cory.rl.rollout import forward_response, generate
+from cory.rl.trainer import Trainer
 
 from test_resume import history, job, killed_on_step, task  # noqa: F401 (task: the tiny model and prompt file, a fixture)
 from test_trainer import QUERIES, config, fixed_rollout
@@ -118,12 +120,12 @@ def adapter_tensors(agent: Agent) -> list[torch.Tensor]:
 def test_shared_base_gives_the_same_steps_as_separate_copies(monkeypatch, n_agents):
     """Three seeded iterations (a role exchange after the second) with the same seed: the same metrics, adapter
     weights and value heads. Same seed, same RNG draws: the adapters are initialised in the same order."""
-    import cory.trainer
+    import cory.rl.trainer
 
     runs = {}
     for path in ("shared", "copies"):
         if path == "copies":
-            monkeypatch.setattr(cory.trainer, "build_agents", separate_copies)
+            monkeypatch.setattr(cory.rl.trainer, "build_agents", separate_copies)
         trainer = lora_trainer(n_agents, role_exchange_period=2)
         initial = [adapter_tensors(a) for a in trainer.agents]
         history = [trainer.step(QUERIES) for _ in range(3)]
@@ -185,16 +187,16 @@ def test_an_update_moves_only_the_agents_adapter_and_value_head():
 
 
 def test_role_exchange_swaps_adapters_with_their_optimizers(monkeypatch):
-    import cory.trainer
+    import cory.rl.trainer
 
     used = []
-    real_generate = cory.trainer.generate
+    real_generate = cory.rl.trainer.generate
 
     def recording_generate(model, *args, **kwargs):
         used.append(model.active_adapter)
         return real_generate(model, *args, **kwargs)
 
-    monkeypatch.setattr(cory.trainer, "generate", recording_generate)
+    monkeypatch.setattr(cory.rl.trainer, "generate", recording_generate)
     trainer = lora_trainer(role_exchange_period=1)
     llm1, llm2 = trainer.agents
     optimizers = (llm1.optimizer, llm2.optimizer)
@@ -271,7 +273,7 @@ def test_load_in_4bit_needs_lora():
 def test_load_in_4bit_without_bitsandbytes_or_a_gpu_stops_before_loading(monkeypatch):
     import importlib.util
 
-    from cory.experiments import load_lm
+    from cory.runs.run import load_lm
 
     if importlib.util.find_spec("bitsandbytes") is not None and torch.cuda.is_available():
         pytest.skip("bitsandbytes and a GPU are present: 4-bit loading can run here")
@@ -348,7 +350,7 @@ def test_a_4bit_base_trains_saves_and_resumes_per_adapter(tmp_path):
 def test_a_killed_lora_cory_run_resumes_to_the_uninterrupted_history(task, tmp_path, monkeypatch):
     """run_training end to end, as tests/test_resume.py does for full fine-tuning: killed in iteration 5, resumed from
     the adapter-only checkpoint after iteration 3, it ends with the uninterrupted run's history and saved models."""
-    from cory.experiments import run_training
+    from cory.runs.run import run_training
 
     torch.set_num_threads(1)
 
@@ -380,8 +382,8 @@ def test_the_compiled_decoding_step_follows_the_active_adapter():
     """`ppo.generation.cache: graph` on the shared LoRA model: one decoder serves both agents (it is kept per model and
     shape), and its compiled step (inductor on the CPU, a CUDA graph on a GPU) samples with whichever adapter is active,
     call after call, exactly what `generate` samples with it."""
-    from cory.config import GenerationConfig
-    from cory.decoding import decoder_for
+    from cory.rl.config import GenerationConfig
+    from cory.rl.decoding import decoder_for
 
     trainer = lora_trainer()
     randomise_adapters(trainer)

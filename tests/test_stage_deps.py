@@ -13,11 +13,21 @@ PACKAGES = ("cory", "pipeline")
 
 
 def module_file(name: str) -> Path | None:
-    """The file of a module of this project's packages, or None for anything else (torch, a package itself)."""
+    """The file of a module of this project's packages (a package's is its __init__.py), or None for anything else
+    (torch, a name imported from a module)."""
     if name.split(".")[0] not in PACKAGES:
         return None
-    path = ROOT / (name.replace(".", "/") + ".py")
-    return path if path.is_file() else None
+    path = ROOT / name.replace(".", "/")
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def with_packages(name: str) -> list[str]:
+    """A module and the packages above it, which importing it runs first: cory.rl.ppo -> cory, cory.rl, cory.rl.ppo."""
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -29,29 +39,26 @@ def imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from cory import ppo`
-    return {name for name in names if module_file(name)}
+    return {package for name in names if module_file(name) for package in with_packages(name)}
 
 
 NOT_FOLLOWED = {
     # the schema of the whole params tree: every stage validates all of it before it starts, but computes from its own
-    # sections, whose modules it imports itself (base_models: cory.settings through cory.pretrain)
+    # sections, whose modules it imports itself (base_models: cory.tasks.config through cory.tasks.pretrain)
     "pipeline.params": "every stage",
-    # run_training's imports (the trainer, PPO, rollouts): only the train stage runs a training job
-    "cory.experiments": "every stage but train",
 }
 """Modules whose own imports a stage's walk does not follow (the module itself is still a dep), and for which stages."""
 
 
-def closure(module: str, stage: str) -> set[str]:
-    """The repo-relative files stage `stage`'s module `module` needs, itself included."""
-    seen, todo = set(), [module]
+def closure(module: str) -> set[str]:
+    """The repo-relative files a stage's module `module` needs, itself and its packages included."""
+    seen, todo = set(), with_packages(module)
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
-        skipped = NOT_FOLLOWED.get(name)
-        if skipped == "every stage" or (skipped == "every stage but train" and stage != "train"):
+        if NOT_FOLLOWED.get(name) == "every stage":
             continue
         todo.extend(imported_modules(module_file(name)))
     return {str(module_file(name).relative_to(ROOT)) for name in seen}
@@ -61,12 +68,14 @@ def stages() -> dict[str, dict]:
     return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 
 
-def test_the_import_walk_sees_lazy_and_transitive_imports():
-    needed = closure("pipeline.train", "train")
-    assert "pipeline/params.py" in needed  # through pipeline.common
-    assert "cory/ppo.py" in needed and "cory/decoding.py" in needed  # through run_training's and rollout's lazy imports
-    assert "cory/pretrain.py" in closure("pipeline.base_models", "base_models")  # the stage's own lazy import
-    assert "cory/trainer.py" not in closure("pipeline.report", "report")  # cory.experiments' lazy ones: train only
+def test_the_import_walk_sees_lazy_and_transitive_imports_and_packages():
+    needed = closure("pipeline.train")
+    assert "pipeline/params.py" in needed
+    assert "cory/rl/ppo.py" in needed and "cory/rl/decoding.py" in needed  # through run_training's lazy imports
+    assert "cory/__init__.py" in needed and "cory/rl/__init__.py" in needed  # the packages a module is in
+    assert "cory/tasks/pretrain.py" in closure("pipeline.base_models")  # the stage's own lazy import
+    assert "cory/rl/trainer.py" not in closure("pipeline.report")
+    assert module_file("cory.rl") == ROOT / "cory/rl/__init__.py" and module_file("cory.rl.ppo.gae") is None
 
 
 @pytest.mark.parametrize("name", sorted(stages()))
@@ -74,7 +83,7 @@ def test_every_module_a_stage_imports_is_one_of_its_deps(name):
     stage = stages()[name]
     module = stage["cmd"].split("python -m ", 1)[1].split()[0]
     deps = {dep for dep in stage["deps"] if isinstance(dep, str)}
-    missing = sorted(closure(module, name) - deps)
+    missing = sorted(closure(module) - deps)
     assert not missing, f"dvc.yaml: stage {name!r} imports {missing} but does not list them as deps"
 
 

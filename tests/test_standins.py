@@ -13,8 +13,8 @@ import yaml
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from cory.config import ConfigError, dotted_leaves
-from cory.standins import (
+from cory.schema import ConfigError, dotted_leaves
+from cory.tasks.standins import (
     PROVENANCE,
     STANDINS,
     build_standin,
@@ -26,7 +26,7 @@ from cory.standins import (
     standin_config,
     wordpiece_tokenizer,
 )
-from pipeline.common import ROOT
+from pipeline.paths import ROOT
 
 # The published totals (tied embeddings once): gpt2-large and gpt2-xl as OpenAI and the hub's model cards give them,
 # Llama-2-7b's as Meta's; distilbert-imdb = distilbert-base-uncased (66,362,880) + pre_classifier 768x768+768
@@ -126,8 +126,8 @@ def test_tiny_standin_loads_with_auto_classes_and_its_vocab_fits_its_tokenizer(t
 
 
 def test_the_reward_scores_decoded_text_with_its_own_uncased_wordpiece(tiny):
-    from cory.rewards import SentimentReward
-    from cory.tokenizer import load_tokenizer
+    from cory.tasks.rewards import SentimentReward
+    from cory.tasks.tokenizer import load_tokenizer
 
     policy = load_tokenizer(str(tiny["gpt2-large"]))  # the pipeline's loader: pad = eos, left padding
     reward_tokenizer = AutoTokenizer.from_pretrained(tiny["distilbert-imdb"])

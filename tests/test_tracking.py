@@ -10,25 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cory.tracking import (
-    SAMPLES_TABLE,
-    FinishedRun,
-    Tracker,
-    config_hash,
-    flatten,
-    headline_markdown,
-    headline_metrics,
-    log_finished,
-    log_pipeline_run,
-    main_module,
-    read_history,
-    run_identity,
-    samples_table,
-    start_run,
-    store_exists,
-    sync_runs,
-    warm_up,
-)
+from cory.report.pipeline_run import headline_markdown, log_pipeline_run
+from cory.tracking.restore import read_history, sync_runs
+from cory.tracking.runs import SAMPLES_TABLE, FinishedRun, Tracker, log_finished, samples_table, start_run
+from cory.tracking.store import store_exists, warm_up
+from cory.tracking.tags import config_hash, flatten, main_module, run_identity
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -36,7 +22,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 PARAMS = {"seed": 3, "ppo": {"learning_rate": 1e-5, "generation": {"response_length": [4, 16]}}}
 CONFIG = {**PARAMS, "iterations": 2}
 """A run folder's config.json: a train config has `iterations`."""
-SAMPLES = [  # samples.jsonl of a 2-iteration CORY run (cory.trainer): LLM1 alone, iterations 0 and 1, LLM1 alone
+SAMPLES = [  # samples.jsonl of a 2-iteration CORY run (cory.rl.trainer): LLM1 alone, iterations 0 and 1, LLM1 alone
     {"iteration": -1, "query": "I liked", "pioneer_agent": "llm1", "pioneer_prompt": "I liked",
      "pioneer_response": " it", "pioneer_score": 0.5},
     {"iteration": 0, "query": "The film", "pioneer_agent": "llm1", "pioneer_prompt": "The film",
@@ -414,19 +400,35 @@ def test_a_training_run_shows_its_identity_as_params_and_its_samples_as_a_table(
     assert read_table(client, run.info.run_id) == samples_table(SAMPLES, iterations=2)
 
 
-def test_headline_metrics_average_each_runs_final_values_over_seeds(tmp_path):
-    runs_dir = tmp_path / "runs"
-    write_run_folder(runs_dir, "imdb/ppo/seed0", CONFIG, final={"llm1/task_reward": 1.0, "llm1/kl": 4.0,
-                                                                 "llm1/entropy": 9.0, "timing/iteration": 1.0})
-    write_run_folder(runs_dir, "imdb/ppo/seed1", CONFIG, final={"llm1/task_reward": 2.0, "llm1/kl": 6.0})
-    write_run_folder(runs_dir, "imdb/cory/seed0", CONFIG, final={"llm1/task_reward": 0.5, "llm1/kl": 1.0,
-                                                                  "llm2/task_reward": 0.25, "llm2/kl": 2.0})
-    write_run_folder(runs_dir, "imdb/cory/seed1", CONFIG, finished=False)  # no summary.json: not a result
-    assert headline_metrics(runs_dir) == {
+def run_of(name: str, seeds: dict[int, dict[str, list[float]]]):
+    """A Run of the report's inputs: each seed's history as columns."""
+    import pandas as pd
+
+    from cory.report.results import Run
+
+    return Run(name, {seed: pd.DataFrame(columns) for seed, columns in seeds.items()}, {}, [], {})
+
+
+def test_the_parent_runs_finals_are_headline_jsons_means_over_seeds():
+    """The MLflow parent run shows each run's final values as headline.json defines them (report.last_n), sweeps
+    included, under names that keep a run's own dot (pareto's cory_eta0.01)."""
+    from cory.report.dvc_views import run_finals
+    from cory.report.results import Inputs, Sweep
+
+    ppo = run_of("imdb/ppo", {0: {"llm1/task_reward": [9.0, 1.0], "llm1/kl": [9.0, 4.0], "llm1/entropy": [9.0, 9.0]},
+                              1: {"llm1/task_reward": [9.0, 2.0], "llm1/kl": [9.0, 6.0]}})
+    cory = run_of("imdb/cory", {0: {"llm1/task_reward": [0.5], "llm1/kl": [1.0], "llm2/task_reward": [0.25],
+                                    "llm2/kl": [2.0]}})
+    swept = run_of("pareto/cory_eta0.01", {0: {"llm1/task_reward": [3.0, 1.0], "llm1/kl": [3.0, 4.0]}})
+    inputs = Inputs({"imdb": {"ppo": ppo, "cory": cory}}, {"imdb": Sweep("pareto", {"ppo": {}, "cory": {0.01: swept}})},
+                    {}, {}, {}, {})
+    assert run_finals(inputs, last_n=1) == {
         "headline/imdb.cory.llm1.kl": 1.0, "headline/imdb.cory.llm1.task_reward": 0.5,
         "headline/imdb.cory.llm2.kl": 2.0, "headline/imdb.cory.llm2.task_reward": 0.25,
         "headline/imdb.ppo.llm1.kl": 5.0, "headline/imdb.ppo.llm1.task_reward": 1.5,
+        "headline/pareto.cory_eta0.01.llm1.kl": 4.0, "headline/pareto.cory_eta0.01.llm1.task_reward": 1.0,
     }
+    assert run_finals(inputs, last_n=2)["headline/imdb.ppo.llm1.kl"] == 7.0
 
 
 def test_headline_markdown_tables():
@@ -441,7 +443,7 @@ def test_headline_markdown_tables():
         "| run | LLM1 task reward | LLM1 KL | LLM2 task reward | LLM2 KL |",
         "|---|---|---|---|---|",
         "| imdb/cory | 0.5 | 1 | 0.25 | 2 |",
-        "| imdb/ppo | 1.5 | 5 |  |  |",
+        "| imdb/ppo | 1.5 | 5 |   |   |",  # an empty cell, as in REPORT.md's tables
         "",
         "| model | pass@1 | pass@16 |",
         "|---|---|---|",
@@ -454,27 +456,22 @@ def test_headline_markdown_tables():
     ]
 
 
-def test_headline_markdown_keeps_the_dot_in_a_runs_name(tmp_path):
+def test_headline_markdown_keeps_the_dot_in_a_runs_name():
     """pareto's runs are named cory_eta0.01: the description said "pareto/cory_eta0/01" (seen in the UI)."""
-    runs_dir = tmp_path / "runs"
-    write_run_folder(runs_dir, "pareto/cory_eta0.01/seed0", CONFIG, final={"llm1/task_reward": 1.0, "llm1/kl": 4.0})
-    metrics = headline_metrics(runs_dir)
-    assert metrics == {"headline/pareto.cory_eta0.01.llm1.kl": 4.0,
-                       "headline/pareto.cory_eta0.01.llm1.task_reward": 1.0}
-    assert "| pareto/cory_eta0.01 | 1 | 4 |  |  |" in headline_markdown(metrics, {}, {}).splitlines()
+    metrics = {"headline/pareto.cory_eta0.01.llm1.kl": 4.0, "headline/pareto.cory_eta0.01.llm1.task_reward": 1.0}
+    assert "| pareto/cory_eta0.01 | 1 | 4 |   |   |" in headline_markdown(metrics, {}, {}).splitlines()
 
 
 def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested(store, monkeypatch, tmp_path):
     monkeypatch.setenv("CORY_PIPELINE_RUN", "repro-7")
     runs_dir, reports = tmp_path / "runs", tmp_path / "reports"
-    for key, final in [("imdb/ppo/seed0", {"llm1/task_reward": 1.0, "llm1/kl": 4.0}),
-                       ("imdb/ppo/seed1", {"llm1/task_reward": 2.0, "llm1/kl": 6.0})]:
-        write_run_folder(runs_dir, key, CONFIG, final=final)
+    for key in ("imdb/ppo/seed0", "imdb/ppo/seed1"):
+        write_run_folder(runs_dir, key, CONFIG)
     reports.mkdir()
     (reports / "REPORT.md").write_text("# report\n")
     (reports / "claims.json").write_text(json.dumps({"imdb_kl_ratio": {"verdict": "held", "means": {}}}))
-    passk = tmp_path / "passk.json"
-    passk.write_text(json.dumps({"ppo": {"mean": {"1": 0.5, "2": 0.75}}}))
+    finals = {"headline/imdb.ppo.llm1.task_reward": 1.5, "headline/imdb.ppo.llm1.kl": 5.0}  # run_finals' of the runs
+    passk, verdicts = {"ppo": {"mean": {"1": 0.5, "2": 0.75}}}, {"imdb_kl_ratio": "held"}
 
     def run(stage, name=None, key=None):
         with start_run(stage, CONFIG, run_name=name, profile="parent", outputs=tmp_path, key=key) as tracker:
@@ -485,8 +482,8 @@ def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested
     trained = [run("train", "imdb/ppo/seed0", "imdb/ppo/seed0"), run("train", "imdb/ppo/seed1", "imdb/ppo/seed1")]
     removed = run("train", "imdb/old/seed0", "imdb/old/seed0")  # its folder is gone: not a run of this report
     old_eval, new_eval, model = run("evaluate"), run("evaluate"), run("base_model@math")
-    previous = log_pipeline_run("parent", runs_dir, passk, reports)
-    parent_id = log_pipeline_run("parent", runs_dir, passk, reports)
+    previous = log_pipeline_run("parent", finals, passk, verdicts, runs_dir, reports)
+    parent_id = log_pipeline_run("parent", finals, passk, verdicts, runs_dir, reports)
 
     client = MlflowClient(tracking_uri=store)
     parent = client.get_run(parent_id)
@@ -496,7 +493,7 @@ def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested
     assert parent.data.metrics == {"headline/imdb.ppo.llm1.task_reward": 1.5, "headline/imdb.ppo.llm1.kl": 5.0,
                                    "headline/pass_at_1.ppo": 0.5, "headline/pass_at_2.ppo": 0.75}
     assert parent.data.tags["claim.imdb_kl_ratio"] == "held"
-    assert "| imdb/ppo | 1.5 | 5 |  |  |" in parent.data.tags["mlflow.note.content"]
+    assert "| imdb/ppo | 1.5 | 5 |   |   |" in parent.data.tags["mlflow.note.content"]
     assert sorted(a.path for a in client.list_artifacts(parent_id, "report")) == ["report/REPORT.md",
                                                                                   "report/claims.json"]
     nested = {r.info.run_id for r in runs_of(store, "parent") if r.data.tags.get("mlflow.parentRunId") == parent_id}
@@ -507,7 +504,7 @@ def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested
 def test_a_parent_run_with_an_unusable_store_warns_once(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
     write_run_folder(tmp_path / "runs", "imdb/ppo/seed0", CONFIG)
-    assert log_pipeline_run("test", tmp_path / "runs", tmp_path / "passk.json", tmp_path / "reports") is None
+    assert log_pipeline_run("test", {}, {}, {}, tmp_path / "runs", tmp_path / "reports") is None
     (warning,) = warnings_in(capsys)
     assert warning.startswith("WARNING: MLflow unavailable")
 
@@ -549,7 +546,7 @@ def test_a_store_exists_once_mlflow_has_made_its_tables(tmp_path, monkeypatch):
 
 
 def test_a_warm_up_in_a_thread_opens_the_store_and_the_next_client_waits_for_it(tmp_path, monkeypatch):
-    import cory.tracking as tracking
+    from cory.tracking import store as tracking
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'warm.db'}")
     monkeypatch.setattr(tracking, "_WARMING", None)

@@ -65,8 +65,8 @@ def test_a_failed_run_stops_alone_and_is_named(monkeypatch):
 def test_the_process_pool_collects_every_failure(monkeypatch, tmp_path):
     """Two worker processes (spawned, as on a GPU machine) each get a run whose prompt file is missing: both
     failures come back named, neither stops the other."""
-    from cory.config import TrainConfig
-    from cory.experiments import Job, TaskConfig
+    from cory.rl.config import TrainConfig
+    from cory.runs.config import Job, TaskConfig
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     task = TaskConfig(model="unused", prompts=str(tmp_path / "missing.jsonl"), reward="math")
@@ -168,8 +168,8 @@ def test_the_first_wave_of_runs_is_at_most_half_compiled_runs_and_the_rest_longe
     CORY ones start at once; the 6 longest IMDB runs fill the other slots, and the math PPO runs go next."""
     import yaml
 
-    from cory.experiments import expand_jobs
-    from pipeline.common import ROOT
+    from cory.runs.config import expand_jobs
+    from pipeline.paths import ROOT
     from pipeline.params import validate
 
     default = yaml.safe_load((ROOT / "params.yaml").read_text())

@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from cory import ppo
-from cory.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
-from cory.learner import NonFiniteError, make_experience, ppo_update
-from cory.roles import Roles, collective_reward, exchange_due, observer_prompts
-from cory.trainer import Trainer
+from cory.rl import ppo
+from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
+from cory.rl.learner import NonFiniteError, make_experience, ppo_update
+from cory.rl.roles import Roles, collective_reward, exchange_due, observer_prompts
+from cory.rl.trainer import Trainer
 
 from tiny import good_word_reward, tiny_lm, tiny_tokenizer
 
@@ -110,7 +110,7 @@ def test_all_minibatches_skipped_leaves_the_policy_unchanged():
     agent = trainer.agents[0]
     agent.cfg = PPOConfig(**{**agent.cfg.__dict__, "ratio_threshold": 1e-3})
     before = [p.detach().clone() for p in agent.lm.parameters()]
-    from cory.rollout import generate
+    from cory.rl.rollout import generate
 
     rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
     stats = ppo_update(agent, make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses)))
@@ -122,8 +122,8 @@ def test_all_minibatches_skipped_leaves_the_policy_unchanged():
 def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch, on_nonfinite):
     """An inf loss must not reach the optimizer: TRL's `loss * 0.0` would make its gradients NaN. With
     ppo.on_nonfinite: error the run stops instead, naming the loss."""
-    import cory.learner as learner
-    from cory.rollout import generate
+    from cory.rl import learner
+    from cory.rl.rollout import generate
 
     torch.manual_seed(0)
     trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
@@ -150,9 +150,9 @@ def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch, on_nonfinite):
 
 
 def test_a_non_finite_gradient_is_dropped_not_stepped_on():
-    """A NaN gradient with a finite loss (the cuDNN attention backward bug of cory.rollout.configure_gpu_for_rl)
+    """A NaN gradient with a finite loss (the cuDNN attention backward bug of cory.rl.kernels.configure_gpu_for_rl)
     must leave the weights as they were."""
-    from cory.rollout import generate
+    from cory.rl.rollout import generate
 
     torch.manual_seed(0)
     trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
@@ -174,7 +174,7 @@ def test_a_non_finite_gradient_is_dropped_not_stepped_on():
 def test_only_dropout_update_makes_the_update_forward_differ_from_the_experience_one(mode):
     """The first mini-batch of the first epoch starts at ratio 1 exactly (approx_kl 0) unless ppo.dropout is "update"
     (trl computes both with the same eval-mode batched_forward_pass)."""
-    from cory.agents import Agent
+    from cory.rl.agents import Agent
 
     torch.manual_seed(0)
     cfg = PPOConfig(batch_size=4, mini_batch_size=4, ppo_epochs=1, dropout=mode)
@@ -187,7 +187,7 @@ def test_only_dropout_update_makes_the_update_forward_differ_from_the_experience
 
 def fixed_rollout(batch=4, seed=0):
     """A rollout of random tokens (3 prompt, 3 response tokens a row) without sampling."""
-    from cory.rollout import Rollout
+    from cory.rl.rollout import Rollout
 
     ids = torch.randint(2, 10, (batch, 6), generator=torch.Generator().manual_seed(seed))
     ones = torch.ones(batch, 3, dtype=torch.long)
@@ -252,7 +252,7 @@ def test_samples_per_query_answers_each_query_k_times_side_by_side():
 
 
 def test_group_baseline_centres_each_querys_training_scores():
-    from cory.rollout import generate
+    from cory.rl.rollout import generate
 
     torch.manual_seed(0)
     cfg = config(n_agents=1)
@@ -268,7 +268,7 @@ def test_group_baseline_centres_each_querys_training_scores():
 
 
 def test_zero_init_value_head_starts_at_v_zero_and_leaves_advantages_to_the_scores():
-    from cory.rollout import generate
+    from cory.rl.rollout import generate
 
     torch.manual_seed(0)
     cfg = config(n_agents=1)
@@ -316,7 +316,7 @@ def test_compiled_forward_passes_give_the_eager_experience_and_update():
     """ppo.compile (true: the whole forward pass; "regional": each transformer block): the experience and the update
     run through torch.compile'd callables of the policy and the reference that share their weights: the same
     log-probs, values and updated weights as eager, up to rounding."""
-    from cory.agents import build_agents
+    from cory.rl.agents import build_agents
 
     results = []
     for compile in (False, True, "regional"):

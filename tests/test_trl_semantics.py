@@ -13,11 +13,12 @@ import torch
 import yaml
 from torch import nn
 
-from cory.agents import Agent
-from cory.config import ConfigError, PPOConfig, from_dict
-from cory.learner import make_experience, ppo_update
-from cory.rollout import Rollout, generate
-from cory.trainer import Trainer
+from cory.rl.agents import Agent
+from cory.rl.config import PPOConfig
+from cory.schema import ConfigError, from_dict
+from cory.rl.learner import make_experience, ppo_update
+from cory.rl.rollout import Rollout, generate
+from cory.rl.trainer import Trainer
 
 from test_trainer import QUERIES, config, fixed_rollout
 from tiny import good_word_reward, tiny_lm, tiny_tokenizer

@@ -2,15 +2,17 @@
 
 import pytest
 
-from cory.config import ConfigError
-from cory.experiments import expand_jobs, parse_experiment
+from cory.schema import ConfigError
+from cory.runs.config import ExperimentConfig, TaskConfig, expand_jobs
+from cory.schema import from_dict
 from scripts.variants import GROUP, write
 
 
 def test_variant_runs_take_the_groups_task_and_settings_plus_their_overrides(tmp_path):
     params = write("math", 7, [3], ["ppo=cory.n_agents=1", "ppo_k1=cory.n_agents=1,ppo.kl_penalty=kl,ppo.vf_coef=0"])
     assert list(params["experiments"]) == [GROUP]
-    exp, task = parse_experiment(params, GROUP)
+    exp = from_dict(ExperimentConfig, params["experiments"][GROUP], f"experiments.{GROUP}")
+    task = from_dict(TaskConfig, params["tasks"][exp.task], f"tasks.{exp.task}")
     jobs = {j.run: j for j in expand_jobs(GROUP, exp, task, params["train"], params["seeds"], tmp_path, tmp_path)}
     assert set(jobs) == {"ppo", "ppo_k1"} and all(j.seed == 3 and j.train.iterations == 7 for j in jobs.values())
     math_lr = params["experiments"][GROUP]["train"]["ppo"]["learning_rate"]  # the math group's own setting is kept

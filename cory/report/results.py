@@ -1,0 +1,268 @@
+"""Run outputs as the report reads them: every seed of every run the paper's figures need, loaded and checked.
+
+The train stage writes outputs/<profile>/runs/<group>/<run>/seed<k>/{history.csv, summary.json, config.json,
+samples.jsonl} (cory.runs); evaluate writes eval/passk.json; the model stages write metrics/ and samples/.
+`load_inputs` reads all of it up front, so a missing group, run, seed or file is one clear error naming the path,
+before any statistic is computed or figure drawn. Which groups to read comes from params: the groups of
+EXPECTED_RUNS, and each task's KL-coefficient sweep (the group with a `sweep_eta`, SWEEP_TASKS), on the seeds each
+group ran.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pandas is imported where histories are read: every stage checks params through this module
+    import pandas as pd
+
+from cory.runs.config import ExperimentConfig, eta_name
+from cory.schema import ConfigError
+
+EXPECTED_RUNS = {
+    "imdb": ("ppo", "ppo_2x", "cory", "cory_no_kt", "cory_no_rex", "cory_competitive"),
+    "math": ("ppo", "cory"),
+}
+"""Experiment group -> the runs the report's figures and claims read (run folders under outputs/<profile>/runs/
+<group>/). A run named ppo* is single-agent PPO, any other CORY. `check_report_inputs` checks them against params."""
+SWEEP_RUNS = ("ppo", "cory")
+"""The runs of a KL-coefficient sweep (a group with sweep_eta): folders ppo_eta<e> and cory_eta<e> (Fig. 2c)."""
+SWEEP_TASKS = {"imdb": "pareto", "math": "pareto_math"}
+"""Task -> the name of its Fig. 2(c) frontier in the report: figure fig2c_<name>.png, claim `<name>`, DVC tables
+curves/<name>_front/. The paper's Fig. 2(c) is GSM8K (math); the IMDB frontier is this reproduction's addition. A
+task without a sweep group in params gets no figure and a claim that is not measurable."""
+PASSK_MODELS = ("base", "ppo", "cory_llm1", "cory_llm2")
+"""Models of eval/passk.json drawn in Fig. 5 (params evaluation.models)."""
+
+
+def sweep_groups(experiments: dict[str, ExperimentConfig]) -> dict[str, str]:
+    """Task -> the experiment group that sweeps its KL coefficient (the group with a sweep_eta); at most one a task,
+    since the report draws one frontier per task."""
+    sweeps: dict[str, str] = {}
+    for group, exp in experiments.items():
+        if not exp.sweep_eta:
+            continue
+        if exp.task in sweeps:
+            raise ConfigError(f"experiments.{group}.sweep_eta: experiments.{sweeps[exp.task]} sweeps task "
+                              f"{exp.task!r} already; the report draws one Fig. 2c frontier per task")
+        sweeps[exp.task] = group
+    return sweeps
+
+
+def _check_algorithms(group: str, algorithms: dict[str, str], names: tuple[str, ...], why: str) -> None:
+    """Each of `names` is a run of the group (`algorithms`: run name -> "ppo" or "cory"), single-agent PPO if named
+    ppo*, else CORY."""
+    for name in names:
+        where = f"experiments.{group}.runs.{name}"
+        if name not in algorithms:
+            raise ConfigError(f"{where}: missing; {why}")
+        expected = "ppo" if name.split("_")[0] == "ppo" else "cory"
+        if algorithms[name] != expected:
+            raise ConfigError(f"{where}: the report reads it as a {expected.upper()} run, but it trains "
+                              f"{'one agent' if expected == 'cory' else 'two agents'} (train.cory.n_agents)")
+
+
+def check_report_inputs(jobs: dict[str, list], models: dict[str, str],
+                        experiments: dict[str, ExperimentConfig]) -> None:
+    """The runs and models the report reads are what params train and evaluate: each expected run in its group
+    with its algorithm, each task's sweep group (if any) with runs ppo and cory, each Fig. 5 model in
+    evaluation.models. Called by pipeline.params.validate, so a renamed run stops `dvc repro` before training rather
+    than in the report.
+
+    `jobs` is group -> its resolved cory.runs.config.Job list. Params without any of the report's groups (a side
+    experiment such as scripts/variants.py writes) are not checked: no report is made of them."""
+    if not any(group in jobs for group in EXPECTED_RUNS):
+        return
+    for group, names in EXPECTED_RUNS.items():
+        if group not in jobs:
+            raise ConfigError(f"experiments.{group}: missing; the report reads its runs {', '.join(names)} "
+                              "(cory/report/results.py EXPECTED_RUNS)")
+        _check_algorithms(group, {job.run: job.algorithm for job in jobs[group]}, names,
+                          "the report reads this run (cory/report/results.py EXPECTED_RUNS)")
+    for task, group in sweep_groups(experiments).items():
+        if task not in SWEEP_TASKS:
+            raise ConfigError(f"experiments.{group}.task: the report draws Fig. 2c for the tasks "
+                              f"{', '.join(SWEEP_TASKS)} only (cory/report/results.py SWEEP_TASKS), not {task!r}")
+        # a sweep's run folders are <run>_eta<e>: the algorithm of each run of the group's `runs`
+        swept = {job.run.rsplit("_eta", 1)[0]: job.algorithm for job in jobs[group]}
+        _check_algorithms(group, swept, SWEEP_RUNS, f"the report's Fig. 2c of task {task!r} reads the sweep's runs "
+                          f"{' and '.join(SWEEP_RUNS)} (cory/report/results.py SWEEP_RUNS)")
+    missing = [m for m in PASSK_MODELS if m not in models]
+    if missing:
+        raise ConfigError(f"evaluation.models: needs {', '.join(missing)} (Fig. 5 draws {', '.join(PASSK_MODELS)})")
+
+
+IMDB_REQUIRED = ("ppo", "cory")
+"""The runs every IMDB group of report.imdb_groups needs; the claims of any other run it lacks are skipped."""
+
+
+def check_imdb_group(group: str, jobs: list) -> None:
+    """An IMDB group the claims are made for (report.imdb_groups) has runs ppo and cory, and each run of
+    EXPECTED_RUNS["imdb"] it has trains the algorithm its name says."""
+    algorithms = {job.run: job.algorithm for job in jobs}
+    names = tuple(dict.fromkeys((*IMDB_REQUIRED, *(n for n in EXPECTED_RUNS["imdb"] if n in algorithms))))
+    _check_algorithms(group, algorithms, names, "report.imdb_groups lists this group, whose claims read it")
+
+
+@dataclass
+class Run:
+    """One run over its seeds: each seed's history (rows = iterations), the resolved config, samples, wall times."""
+
+    name: str
+    histories: dict[int, pd.DataFrame]
+    config: dict
+    samples: list[dict]
+    wall_time_s: dict[int, float]
+    peak_gpu_memory_gib: dict[int, float] = field(default_factory=dict)
+    """seed -> peak GPU memory of its process (NaN on CPU or in runs written before it was recorded)."""
+    phase_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
+    """seed -> its process's wall time by phase (summary.json; seeds written before it was recorded are left out)."""
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(self.histories)
+
+    def curves(self, key: str) -> dict[int, np.ndarray]:
+        """seed -> the metric over iterations; a clear error if history.csv lacks the column."""
+        out = {}
+        for seed, frame in self.histories.items():
+            if key not in frame:
+                raise ValueError(f"{self.name}/seed{seed}/history.csv has no column {key!r} (see cory/rl/metrics.py)")
+            out[seed] = frame[key].to_numpy(float)
+        return out
+
+    def per_seed(self, key: str, statistic: Callable[[np.ndarray], float]) -> dict[int, float]:
+        return {seed: float(statistic(y)) for seed, y in self.curves(key).items()}
+
+
+def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
+    """A run folder with its seed<k>/ subfolders: those of `seeds`, or every one found if None."""
+    import pandas as pd
+
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: run folder not found (did the train stage run it?)")
+    if seeds is None:
+        seeds = sorted(int(p.name[4:]) for p in run_dir.glob("seed*") if p.name[4:].isdigit())
+        if not seeds:
+            raise FileNotFoundError(f"{run_dir}: no seed<k>/ folders")
+    histories, wall, memory, phases, config, samples = {}, {}, {}, {}, {}, []
+    for seed in seeds:
+        folder = run_dir / f"seed{seed}"
+        for name in ("history.csv", "summary.json", "config.json", "samples.jsonl"):
+            if not (folder / name).is_file():
+                raise FileNotFoundError(f"{folder / name}: not found (did the train stage finish this seed?)")
+        histories[seed] = pd.read_csv(folder / "history.csv").sort_values("iteration").reset_index(drop=True)
+        summary = json.loads((folder / "summary.json").read_text())
+        wall[seed] = float(summary.get("wall_time_s", math.nan))
+        memory[seed] = float(summary.get("peak_gpu_memory_gib") or math.nan)
+        if summary.get("phase_seconds"):
+            phases[seed] = {name: float(seconds) for name, seconds in summary["phase_seconds"].items()}
+        if not config:  # seeds differ only in `seed`: the first one's config stands for the run
+            config = json.loads((folder / "config.json").read_text())
+            samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line]
+    name = "/".join(run_dir.parts[-2:])
+    return Run(name, histories, config, samples, wall, memory, phases)
+
+
+def _group_dir(runs_dir: Path, group: str) -> Path:
+    path = runs_dir / group
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: experiment group folder not found (the train stage writes it for {group!r})")
+    return path
+
+
+@dataclass
+class Sweep:
+    """One task's KL-coefficient sweep (Fig. 2c): PPO and CORY at each fixed eta of its group's sweep_eta."""
+
+    group: str
+    """The experiment group that ran it (runs/<group>/)."""
+    runs: dict[str, dict[float, Run]]
+    """"ppo" / "cory" -> eta -> Run (folders ppo_eta<e>, cory_eta<e>)."""
+
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds every run of the sweep has."""
+        return sorted(set.intersection(*(set(run.seeds) for by_eta in self.runs.values() for run in by_eta.values())))
+
+
+@dataclass
+class Inputs:
+    """Everything the report reads, loaded and checked up front."""
+
+    runs: dict[str, dict[str, Run]]
+    """group -> run name -> Run (the EXPECTED_RUNS, and the runs of each further IMDB group: `expected_runs`)."""
+    sweeps: dict[str, Sweep]
+    """task -> its KL-coefficient sweep, for the tasks of SWEEP_TASKS that params sweep (Fig. 2c)."""
+    passk: dict
+    base_models: dict[str, dict]
+    reward_model: dict
+    base_samples: dict[str, list[dict]]
+    timings: list[dict] = field(default_factory=list)
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (did its stage run?)")
+    return json.loads(path.read_text())
+
+
+def _json_folder(path: Path) -> dict[str, dict]:
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: folder not found (did its stage run?)")
+    return {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}
+
+
+def expected_runs(group: str, experiments: dict[str, ExperimentConfig]) -> tuple[str, ...]:
+    """The runs the report reads of a group: those of EXPECTED_RUNS for its groups; for another IMDB group of
+    report.imdb_groups, the runs of EXPECTED_RUNS["imdb"] its params list (ppo and cory at least:
+    `check_imdb_group`)."""
+    if group in EXPECTED_RUNS:
+        return EXPECTED_RUNS[group]
+    return tuple(name for name in EXPECTED_RUNS["imdb"] if name in experiments[group].runs)
+
+
+def load_inputs(outputs: Path, experiments: dict[str, ExperimentConfig], seeds: list[int] | None = None,
+                imdb_groups: tuple[str, ...] = ()) -> Inputs:
+    """Read outputs/<profile>/ (see the module docstring). `experiments` (params) say which groups sweep a task's KL
+    coefficient and which seeds a group with its own `seeds` ran; `seeds` (the top-level seeds) are every other
+    group's, None taking every seed folder of each run. `imdb_groups` (report.imdb_groups) adds the IMDB groups the
+    claims are made for besides `imdb`, with the runs of EXPECTED_RUNS["imdb"] each has."""
+    runs_dir = outputs / "runs"
+
+    def seeds_of(group: str) -> list[int] | None:  # validation made a group's own seeds a subset of `seeds`
+        exp = experiments.get(group)
+        return exp.seeds if exp is not None and exp.seeds is not None else seeds
+
+    runs = {}
+    for group in dict.fromkeys((*EXPECTED_RUNS, *imdb_groups)):
+        folder = _group_dir(runs_dir, group)
+        runs[group] = {name: load_run(folder / name, seeds_of(group)) for name in expected_runs(group, experiments)}
+    sweeps = {}
+    for task, group in sweep_groups(experiments).items():
+        if task not in SWEEP_TASKS:
+            continue  # no figure or claim reads it (pipeline.params rejects such params)
+        folder = _group_dir(runs_dir, group)
+        sweeps[task] = Sweep(group, {name: {eta: load_run(folder / f"{name}_{eta_name(eta)}", seeds_of(group))
+                                            for eta in experiments[group].sweep_eta} for name in SWEEP_RUNS})
+    passk = _read_json(outputs / "eval" / "passk.json")
+    missing = [m for m in PASSK_MODELS if m not in passk]
+    if missing:
+        raise ValueError(f"{outputs / 'eval' / 'passk.json'}: no results for {', '.join(missing)} (evaluation.models)")
+    timing_dir = outputs / "metrics" / "timing"
+    timings = list(_json_folder(timing_dir).values()) if timing_dir.is_dir() else []
+    return Inputs(
+        runs=runs,
+        sweeps=sweeps,
+        passk=passk,
+        base_models=_json_folder(outputs / "metrics" / "base_models"),
+        reward_model=_read_json(outputs / "metrics" / "reward_model.json"),
+        base_samples=_json_folder(outputs / "samples" / "base_models"),
+        timings=timings,
+    )

@@ -1,0 +1,363 @@
+"""The trainer's config: one typed tree shared by PPO and CORY.
+
+Every section is a dataclass whose fields carry a one-line docstring (the comment under each field). The same
+`PPOConfig` drives the single-agent baseline and both CORY agents; CORY only adds a `CORYConfig`, so the two can
+never drift apart the way the official scripts did (docs/algorithm.md). `cory.schema.from_dict` builds a section
+from a block of `params.yaml` and names a wrong setting by its dotted path.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from cory.schema import check, section_path
+
+
+KL_ESTIMATORS = ("kl", "abs", "mse", "full")
+
+
+@dataclass
+class GenerationConfig:
+    """Sampling settings for rollouts (paper/TRL IMDB defaults, docs/algorithm.md)."""
+
+    response_length: tuple[int, int] = (4, 16)
+    """Inclusive range [min, max]; one max_new_tokens is drawn uniformly per iteration and shared by both roles."""
+    top_k: int = 0
+    """0 disables top-k filtering (pure sampling, as in the paper)."""
+    top_p: float = 1.0
+    """1.0 disables nucleus filtering."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs for PPO are always taken at temperature 1, as in TRL."""
+    repetition_penalty: float = 1.1
+    """HF repetition penalty used while sampling (so the sampling distribution differs slightly from pi_theta)."""
+    stop_at_eos: bool = True
+    """Cut each response after its first EOS (the EOS itself is kept and trained on, as in TRL). False: EOS ends
+    nothing; it may be sampled and sampling goes on, so every response has the drawn length (what HF's
+    eos_token_id=-1 does; suppress_eos instead never samples it)."""
+    suppress_eos: bool = False
+    """Never sample EOS, so every response has the drawn length. GPT-2 Large almost never ends a review within 16
+    tokens; a small model trained with EOS after every review does, and PPO then learns to end at once, since an
+    empty response carries the least summed KL penalty (seen on IMDB: length 1, entropy 0 by iteration 100)."""
+    cache: str = "dynamic"
+    """The key/value cache of `generate`: "dynamic" (transformers' default, grown token by token) or "static": one
+    preallocated cache per batch size and length (rounded up to 64 tokens, so a few shapes recur) that the model keeps
+    between iterations; on a GPU transformers then compiles the decoding step (torch.compile "reduce-overhead", CUDA
+    graphs), which pays where a small model's generation is bound by kernel launches (docs/speed.md). Samples the
+    same tokens as "dynamic" up to float rounding (tests/test_rollout.py). "graph": a static cache too, and the whole
+    decoding step (processors, draw, stop bookkeeping and forward pass) as one compiled step, on a GPU one CUDA graph
+    replay per token (cory.rl.decoding); samples the same tokens as "dynamic" (the same float rounding caveat on a GPU)."""
+    cache_length: int = 0
+    """With cache "static" or "graph": the least length of a cache (prompt + response tokens; 0: none). Each new
+    length is another compiled decoding step (8-11 s for a math run on an H100), and a run whose prompts are sometimes
+    longer (an observer's, a probe's) would otherwise compile one per length it meets; a decoder with a longer cache
+    samples the same tokens and is reused for shorter ones (cory.rl.decoding.decoder_for). Capped at the model's
+    positions."""
+
+    def __post_init__(self) -> None:
+        path = section_path("train.ppo.generation")
+        check(self.cache in ("dynamic", "static", "graph"), f"{path}.cache",
+              f"must be dynamic, static or graph, got {self.cache!r}")
+        check(self.cache_length >= 0, f"{path}.cache_length", f"must be >= 0, got {self.cache_length}")
+        lo, hi = self.response_length
+        check(1 <= lo <= hi, f"{path}.response_length", f"need 1 <= min <= max, got {list(self.response_length)}")
+        check(self.top_k >= 0, f"{path}.top_k", f"must be >= 0, got {self.top_k}")
+        check(0.0 < self.top_p <= 1.0, f"{path}.top_p", f"must be in (0, 1], got {self.top_p}")
+        check(self.temperature > 0, f"{path}.temperature", f"must be > 0, got {self.temperature}")
+        check(self.repetition_penalty > 0, f"{path}.repetition_penalty", f"must be > 0, got {self.repetition_penalty}")
+
+
+@dataclass
+class PPOConfig:
+    """The PPO step of trl 0.7.x (`PPOTrainer.step`), docs/algorithm.md; defaults are the paper's IMDB Table 1."""
+
+    learning_rate: float = 1.41e-5
+    """Adam learning rate (constant, no schedule)."""
+    batch_size: int = 256
+    """Responses (episodes) per iteration: the rollout batch the PPO epochs run over. With samples_per_query k,
+    batch_size / k distinct queries are drawn per iteration."""
+    samples_per_query: int = 1
+    """k: responses sampled for each query in one batch (1, the paper's, samples one). k > 1 puts k attempts at
+    the same query side by side, which is what `group_baseline` needs."""
+    group_baseline: bool = False
+    """Subtract from each training score the mean score of the other k - 1 responses to the same query (the
+    leave-one-out baseline of RLOO, Ahmadian et al. 2024) before score scaling. Under a 0/1 reward most of the
+    score's variance is between queries (a problem is mostly solved or mostly failed); this removes it, so what is
+    left says which attempt was better. PPO is otherwise unchanged (value head, GAE, clipping, KL)."""
+    mini_batch_size: int = 256
+    """Samples per forward/backward pass in the PPO update."""
+    gradient_accumulation_steps: int = 1
+    """Mini-batches accumulated per optimizer step."""
+    ppo_epochs: int = 4
+    """Passes over the rollout batch per iteration, each with a fresh random permutation."""
+    gamma: float = 1.0
+    """Discount factor of GAE."""
+    lam: float = 0.95
+    """GAE lambda."""
+    cliprange: float = 0.2
+    """PPO ratio clip epsilon (the paper's "gradient clip range")."""
+    cliprange_value: float = 0.2
+    """Value clip range around the rollout values."""
+    vf_coef: float = 0.1
+    """Value-loss coefficient (beta in the paper's Eq. 13)."""
+    ratio_threshold: float = 10.0
+    """A mini-batch whose mean ratio exceeds this is skipped; how, `ratio_threshold_mode` says."""
+    ratio_threshold_mode: Literal["skip", "trl"] = "skip"
+    """What a skipped mini-batch does. "skip": no backward, so it adds nothing to its optimizer step, and a step
+    whose mini-batches were all skipped leaves the weights and Adam's moments as they were. "trl": as trl 0.7-0.11
+    (`PPOTrainer.loss` multiplies the loss by 0, `train_minibatch` still calls `optimizer.step()`): a zero gradient,
+    on which Adam still steps, moving the weights along its momentum. A non-finite loss is never backpropagated,
+    whatever the mode (`on_nonfinite`)."""
+    max_grad_norm: float | None = None
+    """Clip the gradient norm to this value; None disables clipping (the paper's setting)."""
+    kl_penalty: Literal["kl", "abs", "mse", "full"] = "full"
+    """Per-token KL estimator in the reward: kl = log p - log q, abs, mse = 0.5 (log p - log q)^2, full = exact KL."""
+    init_kl_coef: float = 0.3
+    """Initial KL coefficient eta (beta of the controller)."""
+    adaptive_kl: bool = True
+    """Adaptive KL controller (Ziegler et al. 2019) as in the official code; False keeps eta fixed."""
+    kl_target: float = 6.0
+    """Target KL (summed over the response) of the adaptive controller."""
+    kl_horizon: float = 10000.0
+    """Horizon of the adaptive controller."""
+    use_score_scaling: bool = False
+    """Divide scores by the running std of all scores seen so far."""
+    use_score_norm: bool = False
+    """With score scaling, also subtract the running mean."""
+    score_clip: float | None = None
+    """Clip (scaled) scores to [-score_clip, score_clip]; None disables."""
+    whiten_rewards: bool = False
+    """Whiten per-token rewards before GAE (without shifting the mean), as TRL's option, then set padding back to 0,
+    so no response's advantages depend on the padding after it. trl 0.7-0.11 (`compute_advantages`) does not re-mask:
+    with a right-padding tokenizer (GPT-2's default) each pad after a response gets reward
+    mean * (1 - 1 / sqrt(var + 1e-8)), which GAE carries, discounted by gamma * lam per token, into that response's
+    advantages, so they depend on how much longer the batch's longest query + response is. Not offered here (this
+    layout pads differently, so it could not match trl's numbers anyway); off in the paper and in trl by default."""
+    dropout: Literal["none", "trl", "update"] = "trl"
+    """Where the policy's and value head's dropout acts (the frozen reference never drops). "trl": as trl 0.7-0.11's
+    `PPOTrainer` really runs: the experience forward and the PPO update's forward (`batched_forward_pass`, which calls
+    `model.eval()`) have no dropout, so a step is the same at any dropout rate; but `train_minibatch` then calls
+    `model.train()` and nothing switches it back, so from the second iteration on the policy samples with dropout on
+    (the first samples in eval mode, where `from_pretrained` leaves a model). Evaluation always samples in eval mode.
+    "none": every dropout set to p = 0 (trl's PPOv2 `disable_dropout`, OpenRLHF): no dropout anywhere. "update":
+    dropout in the update's forward only, so its log-probs differ from the experience's ones before any step (ratio
+    != 1); not what trl does, but what this project ran as "dropout on" (`disable_dropout: false`) until 2026-11-27."""
+    on_nonfinite: Literal["error", "skip"] = "error"
+    """What a NaN or inf does. "error": a non-finite task score, loss, gradient or PPO statistic stops the run with
+    an error naming the iteration, the agent and the source (one NaN score would otherwise poison the running score
+    moments and silently turn every later update into a skipped no-op). "skip": samples whose task score is not
+    finite are left out of the update (their whole query group with group_baseline) and counted in
+    `dropped_samples`; a mini-batch with a non-finite loss is skipped and one with a non-finite gradient is not
+    stepped on (both counted); non-finite log-probs or values still stop the run (the weights are broken)."""
+    zero_init_value_head: bool = False
+    """Start the value head at V = 0 (weights and bias 0) instead of nn.Linear's random init (trl's). With lam 1 the
+    first advantages are then exactly the (baselined) scores, not scores minus a random per-token value, and no
+    value-loss gradient reaches the shared body until the head has learned something."""
+    forward_batch_size: int | None = None
+    """Samples per no-grad forward pass when building experience; None means the whole batch at once."""
+    mixed_precision: bool = True
+    """On a GPU, run the RL forward passes (sampling, experience, update) under bf16 autocast; false runs them in
+    fp32 with TF32 matmuls, which skips autocast's cast kernels (small models are bound by kernel launches; compare
+    with python -m scripts.bench_rl). Weights, optimizer and the PPO math stay fp32 either way."""
+    bf16_weights: bool = False
+    """Run the RL forward and backward passes (sampling, experience, update) on a bf16 copy of each agent's LM, and
+    a bf16 reference, without autocast, on any device. The fp32 weights stay the optimizer's and are what checkpoints
+    and saved models hold ("master weights", as in bf16 training with DeepSpeed, which OpenRLHF uses): after each
+    backward one multi-tensor copy moves the copy's gradients onto them, after each optimizer step another moves the
+    weights onto the copy. Autocast instead casts every weight at every forward pass and every activation between
+    fp32 and bf16 ops: about 2,000 cast kernels and their host dispatch in an IMDB CORY iteration of the default
+    profile. Not the same numbers as autocast: the activations between matmuls (the residual stream, the layer norms'
+    outputs) are bf16 instead of fp32; the log-softmaxes, the values and the PPO math stay fp32. Full fine-tuning
+    only; with mixed_precision true."""
+    align_head: bool = False
+    """Run the LM's output layer on its weight padded to a multiple of 64 rows, slicing the extra logits off (same
+    logits: cory.rl.kernels.AlignedLMHead), in sampling, experience and update. cuBLAS runs GPT-2's odd 50,257-row
+    output matmuls with slow fallback kernels (the profile of a default-profile iteration shows them among the
+    largest GPU items); padding made the base-model stage's output-layer matmuls ~4x faster on an H200. A no-op for
+    a vocabulary that is a multiple of 64 already (Llama-2's 32,000)."""
+    fused_gelu: bool = False
+    """Run a tanh-approximated GELU written out in elementwise operations (transformers' "gelu_new": GPT-2's, GPT2-
+    Large's and GPT2-XL's published configs) as PyTorch's one fused kernel (gelu(approximate="tanh")): the same
+    function, rounded once instead of after each of its ~8 operations. At the GPT2-Large shape those operations were
+    among the largest GPU items of an iteration (scripts/bench_paper.py --profile). The default profile's models are
+    built with the fused one already."""
+    fused_vocab: bool = False
+    """On a GPU, compile (torch.compile, dynamic shapes, once per process) the passes over the vocabulary: the
+    experience's per-token statistics (cory.rl.ppo.response_statistics: two log-softmaxes, the KL and the entropy) and the
+    update's token log-probabilities (cory.rl.ppo.token_logprobs: the token's logit less the log-sum-exp), so that they
+    run as a few fused kernels reading the bf16 logits instead of a dozen memory-bound passes over fp32 copies of
+    (B, T, V) tensors. The same values up to float rounding; what it saves grows with the vocabulary (GPT-2's 50,257)."""
+    compile: bool | Literal["regional"] = False
+    """torch.compile (dynamic shapes) the policy's, value head's and reference's forward passes of the experience and
+    the update (not sampling: `generation.cache` "static" compiles that). Fuses a small model's many small kernels,
+    where a step is bound by launches, at the price of a compilation in each process (cached on disk between them).
+    true: the whole forward pass as one graph; "regional": each transformer block, one graph that every block of the
+    model reuses (cory.rl.kernels.RegionalForward), so a process compiles one block instead of the whole model, and the
+    embedding, final norm and output layer run eagerly. Full fine-tuning only (not with train.lora_rank)."""
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    """Sampling settings."""
+
+    def __post_init__(self) -> None:
+        path = section_path("train.ppo")
+        for name in ("learning_rate", "batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs",
+                     "samples_per_query"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        check(0.0 <= self.gamma <= 1.0, f"{path}.gamma", f"must be in [0, 1], got {self.gamma}")
+        check(0.0 <= self.lam <= 1.0, f"{path}.lam", f"must be in [0, 1], got {self.lam}")
+        for name in ("cliprange", "cliprange_value", "ratio_threshold"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        for name in ("vf_coef", "init_kl_coef"):
+            check(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        check(self.kl_target > 0, f"{path}.kl_target", f"must be > 0, got {self.kl_target}")
+        check(self.kl_horizon > 0, f"{path}.kl_horizon", f"must be > 0, got {self.kl_horizon}")
+        check(
+            self.kl_penalty in KL_ESTIMATORS,
+            f"{path}.kl_penalty",
+            f"unknown KL estimator {self.kl_penalty!r}; choose one of {', '.join(KL_ESTIMATORS)}",
+        )
+        for name in ("ratio_threshold_mode", "dropout", "on_nonfinite"):  # from_dict checks these; PPOConfig(...) too
+            allowed, value = get_args(typing.get_type_hints(PPOConfig)[name]), getattr(self, name)
+            check(value in allowed, f"{path}.{name}", f"must be one of {list(allowed)}, got {value!r}")
+        for name in ("max_grad_norm", "score_clip", "forward_batch_size"):
+            value = getattr(self, name)
+            check(value is None or value > 0, f"{path}.{name}", f"must be > 0 or null, got {value}")
+        check(
+            not self.use_score_norm or self.use_score_scaling,
+            f"{path}.use_score_norm",
+            "only takes effect with use_score_scaling: true",
+        )
+        check(self.mixed_precision or not self.bf16_weights, f"{path}.bf16_weights",
+              "runs the passes in bf16, which mixed_precision: false turns off; set one of them the other way")
+        check(
+            self.batch_size % self.backward_batch_size == 0,
+            f"{path}.mini_batch_size",
+            f"mini_batch_size x gradient_accumulation_steps = {self.backward_batch_size} must divide "
+            f"batch_size = {self.batch_size}",
+        )
+
+        check(
+            self.batch_size % self.samples_per_query == 0,
+            f"{path}.samples_per_query",
+            f"must divide batch_size = {self.batch_size}, got {self.samples_per_query}",
+        )
+        check(
+            not self.group_baseline or self.samples_per_query >= 2,
+            f"{path}.group_baseline",
+            "needs samples_per_query >= 2 (a query's other responses are its baseline)",
+        )
+
+    @property
+    def queries_per_batch(self) -> int:
+        """Distinct queries per iteration."""
+        return self.batch_size // self.samples_per_query
+
+    @property
+    def backward_batch_size(self) -> int:
+        """Samples per optimizer step."""
+        return self.mini_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def optimizer_steps_per_epoch(self) -> int:
+        return self.batch_size // self.backward_batch_size
+
+    @property
+    def autocast(self) -> bool:
+        """Whether the RL passes run under bf16 autocast (on a GPU): mixed precision without bf16 weight copies."""
+        return self.mixed_precision and not self.bf16_weights
+
+
+@dataclass
+class CORYConfig:
+    """CORY on top of PPO (paper §3, Algorithm 1). `n_agents: 1` is single-agent PPO through the same trainer."""
+
+    n_agents: Literal[1, 2] = 2
+    """1 = single-agent PPO baseline (only the pioneer exists); 2 = CORY (pioneer + observer)."""
+    role_exchange_period: int = 5
+    """T_REx: roles are exchanged after every T_REx iterations."""
+    role_exchange: bool = True
+    """Ablation switch: False never exchanges roles (the 'w/o REx' ablation)."""
+    knowledge_transfer: bool = True
+    """Ablation switch: False shows the observer only the query (the 'w/o KT' ablation)."""
+    partner_reward_coef: float = 1.0
+    """c in r_self + c * r_partner: 1 is the paper's cooperative sum, c < 0 competitive, 0 independent."""
+    reset_on_exchange: bool = False
+    """Reproduce the official code: reset each agent's optimizer, KL coefficient and score normaliser at every swap."""
+    observer_template: str = 'I can make this sentence "{query}{response}" more positive: {query}'
+    """Knowledge-transfer prompt of the observer; {query} and {response} are the query and the pioneer's answer.
+    Without knowledge transfer the observer gets the pioneer's prompt (`train.prompt_template`)."""
+
+    def __post_init__(self) -> None:
+        path = section_path("train.cory")
+        check(self.n_agents in (1, 2), f"{path}.n_agents", f"must be 1 (PPO) or 2 (CORY), got {self.n_agents}")
+        check(
+            self.role_exchange_period > 0,
+            f"{path}.role_exchange_period",
+            f"T_REx must be a positive number of iterations, got {self.role_exchange_period}",
+        )
+        check(
+            "{query}" in self.observer_template and "{response}" in self.observer_template,
+            f"{path}.observer_template",
+            "must contain both {query} and {response}",
+        )
+
+
+@dataclass
+class TrainConfig:
+    """One RL fine-tuning run: PPO (n_agents 1) or CORY (n_agents 2) on one task."""
+
+    iterations: int = 100
+    """PPO iterations (one rollout batch each)."""
+    seed: int = 0
+    """Seeds python, numpy and torch once, at the start (never again at a role exchange: docs/algorithm.md)."""
+    prompt_template: str = "{query}"
+    """How a query becomes the pioneer's (and PPO's) prompt, e.g. the GSM8K one-shot template."""
+    combined_reward_eta: float | None = None
+    """eta of the reported combined reward r_c = task reward - eta * KL; None uses ppo.init_kl_coef."""
+    samples_to_log: int = 16
+    """Generations per logged sample table."""
+    probe_every: int = 0
+    """Every this many iterations (from iteration 0; and at the last), LLM1 alone answers the same `probe_queries`
+    RL prompts `probe_samples` times each: llm1/probe_task_reward. The batch's task_reward moves with which prompts
+    each iteration drew (16 math problems of mixed difficulty swing it more than training does); the probe's fixed
+    prompts do not. Its sampling uses its own copy of the RNG state, so it leaves training as it is. 0: off."""
+    probe_queries: int = 64
+    """Prompts of the probe: the last `probe_queries` of the task's prompt file, the same for every run and seed."""
+    probe_samples: int = 4
+    """Answers per probe prompt."""
+    lora_rank: int | None = None
+    """Train LoRA adapters of this rank (peft) instead of every weight, as the paper's 7B runs must; None = full."""
+    lora_alpha: float = 16.0
+    """LoRA scaling alpha (the official code's LoraConfig: r=16, alpha=16)."""
+    load_in_4bit: bool = False
+    """Load the frozen base in 4-bit NF4 with bf16 compute (bitsandbytes; QLoRA-style, the paper's Llama setting);
+    needs lora_rank, bitsandbytes and a CUDA GPU."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    cory: CORYConfig = field(default_factory=CORYConfig)
+
+    def __post_init__(self) -> None:
+        path = section_path("train")
+        check(self.iterations > 0, f"{path}.iterations", f"must be > 0, got {self.iterations}")
+        check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
+        check(
+            self.combined_reward_eta is None or self.combined_reward_eta >= 0,
+            f"{path}.combined_reward_eta",
+            f"must be >= 0 or null, got {self.combined_reward_eta}",
+        )
+        check(self.samples_to_log >= 0, f"{path}.samples_to_log", f"must be >= 0, got {self.samples_to_log}")
+        for name in ("probe_every",):
+            check(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        for name in ("probe_queries", "probe_samples"):
+            check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
+        check(self.lora_rank is None or self.lora_rank > 0, f"{path}.lora_rank", f"must be > 0 or null, got {self.lora_rank}")
+        check(self.lora_alpha > 0, f"{path}.lora_alpha", f"must be > 0, got {self.lora_alpha}")
+        check(not (self.ppo.compile and self.lora_rank is not None), f"{path}.ppo.compile",
+              "compiles full fine-tuning only; set it false with train.lora_rank")
+        check(not (self.ppo.bf16_weights and self.lora_rank is not None), f"{path}.ppo.bf16_weights",
+              "copies full fine-tuning's weights only; set it false with train.lora_rank")
+        check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",
+              "needs lora_rank: 4-bit weights cannot be fine-tuned, only adapters on them")
+
+    @property
+    def eta(self) -> float:
+        return self.ppo.init_kl_coef if self.combined_reward_eta is None else self.combined_reward_eta

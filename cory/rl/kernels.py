@@ -1,0 +1,142 @@
+"""Speed only: how the RL passes run fast without changing what they compute (beyond float rounding).
+
+bf16 autocast, the process's GPU settings, the output layer on a weight padded to 64 rows, GPT-2's GELU as one fused
+kernel, torch.compile of the forward passes (whole or per transformer block), the compiled passes over the
+vocabulary, and the bf16 weight copy the passes can run on. `prepare_for_rl` is what the trainer calls on a model
+before it duplicates it; the settings are documented in cory.rl.config (see also docs/speed.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+
+import torch
+
+from cory.hf import transformer_blocks
+from cory.rl.config import PPOConfig
+
+
+def prepare_for_rl(lm, cfg: PPOConfig) -> None:
+    """Ready `lm` for the RL passes, in place and before it is duplicated (the agents' copies and the reference inherit
+    it): the process's GPU settings, the output layer on a padded weight (ppo.align_head) and GPT-2's GELU as one
+    kernel (ppo.fused_gelu). None of them changes what the model computes beyond float rounding."""
+    configure_gpu_for_rl(next(lm.parameters()).device)
+    if cfg.align_head:
+        align_lm_head(lm)
+    if cfg.fused_gelu:
+        fuse_gelu(lm)
+
+
+def autocast(device: torch.device | str, enabled: bool = True):
+    """bf16 autocast where a GPU is present (unless disabled: ppo.mixed_precision); a no-op context on CPU."""
+    device = torch.device(device)
+    if device.type == "cuda" and enabled:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def configure_gpu_for_rl(device: torch.device | str) -> None:
+    """GPU settings of an RL process: TF32 for fp32 matmuls (ppo.mixed_precision: false) and no cuDNN attention.
+
+    Why no cuDNN attention: RL forwards pass an explicit padding mask (left-padded prompts, post-EOS pads), and with
+    a mask the cuDNN SDPA backward of torch >= 2.11 on H100/H200 returns NaN query gradients whenever
+    seq_len % 128 == 64 and a row's logsumexp is very negative (a fully masked pad row is): pytorch/pytorch#196678,
+    huggingface/trl#7181. Seen here: CORY runs whose observer sequences reach 64 or 192 tokens got NaN weights after
+    a few iterations. The memory-efficient and math backends are clean on the same inputs; pretraining and the
+    classifier pass no mask and keep cuDNN.
+    """
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.set_float32_matmul_precision("high")  # TF32
+
+
+class AlignedLMHead(torch.nn.Linear):
+    """An output layer whose matmul runs on its weight padded to a multiple of 64 rows, the extra outputs sliced off
+    again: the same logits and gradients. On a GPU, cuBLAS falls back to slow kernels for GPT-2's odd 50,257 rows (the
+    base-model stage's `lm_loss` pads for the same reason). The weight and its state-dict key stay as they are."""
+
+    multiple = 64
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        pad = -self.out_features % self.multiple
+        bias = None if self.bias is None else torch.nn.functional.pad(self.bias, (0, pad))
+        weight = torch.nn.functional.pad(self.weight, (0, 0, 0, pad))
+        return torch.nn.functional.linear(hidden, weight, bias)[..., : self.out_features]
+
+
+def align_lm_head(lm) -> bool:
+    """Make `lm`'s output layer an AlignedLMHead where it is a plain nn.Linear with a row count that is not a multiple
+    of 64 (ppo.align_head); in place, weights and tying untouched. Returns whether it changed anything."""
+    head = lm.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or head.out_features % AlignedLMHead.multiple == 0:
+        return False
+    head.__class__ = AlignedLMHead
+    return True
+
+
+def fuse_gelu(lm) -> int:
+    """Replace each transformers NewGELUActivation ("gelu_new", GPT-2's tanh GELU written out in ~8 elementwise
+    operations) in `lm` by the fused kernel of the same function ("gelu_pytorch_tanh"; ppo.fused_gelu), in place;
+    the config is left as it is, so a saved model loads as before. Returns how many it replaced."""
+    from transformers.activations import ACT2FN, NewGELUActivation
+
+    replaced = 0
+    for module in list(lm.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, NewGELUActivation):
+                setattr(module, name, ACT2FN["gelu_pytorch_tanh"])
+                replaced += 1
+    return replaced
+
+
+def compiled(fn):
+    """`fn` (a model, or a function of tensors) under torch.compile with dynamic shapes (batch and sequence lengths
+    change every iteration); a model's compiled callable shares its weights."""
+    return torch.compile(fn, dynamic=True)
+
+
+def compiled_forward(lm, mode: bool | str):
+    """The callable of an LM's experience and update forward passes under `ppo.compile`'s `mode`: False, the LM
+    itself; True, the whole forward pass as one graph (`compiled`); "regional", the LM whose transformer blocks run
+    compiled during the call (`RegionalForward`)."""
+    if not mode:
+        return lm
+    return compiled(lm) if mode is True else RegionalForward(lm)
+
+
+class RegionalForward:
+    """An LM's forward pass with each transformer block compiled: one graph that every block reuses (dynamo lifts a
+    block's weights to inputs), so a process compiles one block's forward and backward instead of the whole model's,
+    and the embedding, final norm and output layer stay eager. The blocks run compiled only inside this call: sampling
+    (and the reference's copy, if any) calls the same blocks eagerly or through a compiled decoding step of its own."""
+
+    def __init__(self, lm):
+        self.lm, self.blocks = lm, transformer_blocks(lm, "ppo.compile")
+        self.calls = [compiled(block._call_impl) for block in self.blocks]
+
+    def __call__(self, *args, **kwargs):
+        for block, call in zip(self.blocks, self.calls):
+            block._compiled_call_impl = call  # what nn.Module.compile sets; nn.Module.__call__ then runs it
+        try:
+            return self.lm(*args, **kwargs)
+        finally:
+            for block in self.blocks:
+                block._compiled_call_impl = None
+
+
+def bf16_copy(lm):
+    """A bf16 copy of `lm` (ppo.bf16_weights: the agent's passes run on it), trainable where `lm` is."""
+    return copy.deepcopy(lm).to(torch.bfloat16)
+
+
+def vocabulary_pass(fn, cfg, logits: torch.Tensor, eager=None):
+    """`fn` (a pure function of (B, T, V) logits), compiled where ppo.fused_vocab asks for it and the logits are on a
+    GPU; else `eager` (the same values, written for eager kernels) or `fn` itself."""
+    if cfg.fused_vocab and logits.is_cuda:
+        return _compiled(fn)
+    return eager or fn
+
+
+_compiled = functools.cache(compiled)  # once per process: shapes vary between calls and runs (dynamic shapes)
