@@ -221,9 +221,19 @@ def final_metrics(final: dict) -> dict:
     return {k: v for k, v in final.items() if k.startswith("llm") and k.split("/")[1] in FINAL_METRICS}
 
 
+def model_bytes(folder: str) -> int:
+    """The size of a model folder's weights (1 where it is no folder yet, e.g. a name before the stage resolves it):
+    with the tokens, what a run's passes cost scales with."""
+    weights = Path(folder).glob("*.safetensors") if Path(folder).is_dir() else []
+    return max(1, sum(path.stat().st_size for path in weights))
+
+
 def cost(job: Job) -> int:
-    """A rough relative cost, to start the longest runs first."""
-    return job.train.cory.n_agents * job.train.iterations * job.train.ppo.generation.response_length[1]
+    """A rough relative cost, to start the longest runs first: agents x iterations x the batch's new tokens x the
+    model's size (a 135M model's run costs several 30M ones' at the same shape)."""
+    ppo = job.train.ppo
+    return (job.train.cory.n_agents * job.train.iterations * ppo.batch_size * ppo.generation.response_length[1]
+            * model_bytes(job.model))
 
 
 def start_order(jobs: list[Job], slots: int) -> list[Job]:

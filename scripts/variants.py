@@ -71,8 +71,9 @@ def write(group: str, iterations: int | None, seed_list: list[int] | None, runs:
         params["train"]["iterations"] = iterations
         if "iterations" in (variant_group.get("train") or {}):
             variant_group["train"]["iterations"] = iterations
-    if seed_list:
+    if seed_list:  # the variants run these seeds, whatever the group runs
         params["seeds"] = seed_list
+        variant_group.pop("seeds", None)
     return params
 
 

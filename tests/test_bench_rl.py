@@ -13,7 +13,7 @@ def test_a_variant_changes_a_setting_the_group_sets(tmp_path, monkeypatch):
     variant = "ppo.mini_batch_size=128,ppo.gradient_accumulation_steps=1,ppo.generation.cache=dynamic"
     cfg, lm, tokenizer, reward, queries, answers = build("math", "cory", tmp_path, variant)
     assert (cfg.ppo.mini_batch_size, cfg.ppo.gradient_accumulation_steps, cfg.ppo.generation.cache) == (128, 1, "dynamic")
-    assert cfg.iterations == 150 and cfg.ppo.samples_per_query == 8  # the group's other settings stay
+    assert cfg.iterations == 100 and cfg.ppo.samples_per_query == 8  # the group's other settings stay
     assert len(queries) == len(answers) == cfg.ppo.queries_per_batch
     # The observer's prompt holds the query, the pioneer's 80 tokens and the template's words; with its own 80 tokens
     # it stays within the model's 256 positions (IMDB-like word openings split into bytes here and did not).

@@ -739,7 +739,7 @@ def test_a_profile_that_tests_no_claim_shows_numbers_without_verdicts(tmp_path):
     outputs, reports = tmp_path / "outputs", tmp_path / "reports" / "fixture"
     write_fixture(outputs, seeds=(0,), iterations=4)
     cfg = ReportConfig(test_claims=False)
-    claims = write_report(outputs, reports, cfg, experiments_of(fixture_experiments(seeds=(0,))), None, "fixture")
+    _, claims = write_report(outputs, reports, cfg, experiments_of(fixture_experiments(seeds=(0,))), None, "fixture")
     assert {c.verdict for c in claims} == {NOT_TESTED}
     report = (reports / "REPORT.md").read_text()
     assert "**This profile tests no claim** (params `report.test_claims: false`)" in report
@@ -757,7 +757,7 @@ def test_a_rerun_is_compared_claim_by_claim(tmp_path):
     reports = root / "reports" / "fixture"
     write_fixture(outputs, cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
     experiments = experiments_of(fixture_experiments())
-    claims = write_report(outputs, reports, ReportConfig(rerun=None), experiments, None, "fixture")
+    _, claims = write_report(outputs, reports, ReportConfig(rerun=None), experiments, None, "fixture")
     assert "## Rerun" not in (reports / "REPORT.md").read_text()  # null: no comparison
     ours = summary_json(claims)
     theirs = json.loads(json.dumps(ours))
