@@ -725,7 +725,8 @@ def test_each_imdb_group_gets_its_own_claims(tmp_path):
     assert claims["imdb_smollm2/imdb_kl_ratio"].paper.startswith("SmolLM2-135M: PPO's final KL")
     assert claims["imdb_kl_ratio"].paper.startswith("imdb_small (30M, from scratch): PPO's final KL")
     assert claims["imdb_smollm2/imdb_kl_ratio"].verdict == claims["imdb_kl_ratio"].verdict == HELD  # the same runs
-    assert claims["imdb_smollm2/imdb_kl_ratio"].figure == "" and claims["imdb_kl_ratio"].figure == "fig3_imdb.png"
+    assert claims["imdb_smollm2/imdb_kl_ratio"].figure == "fig3_imdb_smollm2.png"  # its own Fig. 3
+    assert claims["imdb_kl_ratio"].figure == "fig3_imdb.png" and claims["imdb_smollm2/no_kt_kl"].figure == ""
     smollm2 = {key.split("/", 1)[1] for key in claims if key.startswith("imdb_smollm2/")}
     assert smollm2 == {"imdb_similar_reward", "imdb_kl_ratio", "imdb_llms_coincide", "imdb_combined_reward",
                        "imdb_combined_fall", "imdb_collapse", "no_kt_kl", "no_kt_unstable"}  # no PPO-2x, REx, coop
@@ -733,6 +734,11 @@ def test_each_imdb_group_gets_its_own_claims(tmp_path):
     alone = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}}, imdb_groups=("imdb_smollm2",))
     assert "imdb_kl_ratio" not in alone and "coop_kl" not in alone and "imdb_smollm2/no_kt_kl" in alone
     assert claims_by_key(tmp_path)["imdb_kl_ratio"].paper == "PPO's final KL is more than 2x CORY's (Fig. 3b)."
+    from cory.report.figures import draw_figures
+
+    inputs = load_fixture(tmp_path, None, ("imdb", "imdb_smollm2"), extra_imdb={"imdb_smollm2": runs})
+    figures = draw_figures(inputs, ReportConfig(imdb_groups=("imdb", "imdb_smollm2")))
+    assert "fig3_imdb_smollm2" in figures and "SmolLM2-135M" in figures["fig3_imdb_smollm2"].caption
 
 
 def test_a_profile_that_tests_no_claim_shows_numbers_without_verdicts(tmp_path):

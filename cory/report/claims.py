@@ -509,8 +509,11 @@ def group_context(group: str, cfg: ReportConfig) -> Context:
 
 
 def figure_of(ctx: Context, name: str) -> str:
-    """The report draws its figures of the `imdb` group only: the other groups' claims have none."""
-    return name if not ctx.key_prefix else ""
+    """The figure of a claim: the report draws every figure for the `imdb` group, and Fig. 3 for each other IMDB
+    group (fig3_<group>.png); the other figures' claims of those groups have none."""
+    if not ctx.key_prefix:
+        return name
+    return f"fig3_{ctx.key_prefix.rstrip('/')}.png" if name == "fig3_imdb.png" else ""
 
 
 def imdb_claims(imdb: dict[str, Run], ctx: Context) -> list[Claim]:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cory.report.claims import COMBINED, ETA_SOURCE, eta_text, final_value, partner_coef, smooth
+from cory.report.claims import COMBINED, ETA_SOURCE, GROUP_MODELS, eta_text, final_value, partner_coef, smooth
 from cory.report import plots
 from cory.report.config import ReportConfig
 from cory.report.results import SWEEP_TASKS, Inputs, Run, Sweep
@@ -132,6 +132,20 @@ def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
             plots.curves_figure(panels + ([probe] if probe else []), f"{figure} (reproduced): {what} ({spread})"),
             f"{what}: task reward, KL and {COMBINED} ({eta}; {ETA_SOURCE})"
             + (f", and (d) {PROBE_CAPTION}" if probe else "") + f". {bands}")
+    for group in cfg.imdb_groups:  # Fig. 3 of every other IMDB group (another base model): its PPO and CORY runs
+        if group == "imdb":
+            continue
+        runs, model = inputs.runs[group], GROUP_MODELS.get(group, group)
+        curves = [(runs[name], agent, label) for name, agent, label in (
+            ("ppo", "llm1", "PPO"), ("ppo_2x", "llm1", "PPO-2x"), ("cory", "llm1", "CORY-LLM1"),
+            ("cory", "llm2", "CORY-LLM2")) if name in runs]
+        m = len(runs["ppo"].seeds)
+        eta = eta_text({label: run for run, _, label in curves})
+        figures[f"fig3_{group}"] = Drawn(
+            plots.curves_figure(_panels(curves, _with_combined("imdb", eta), k),
+                                f"Fig. 3 (reproduced) on {model}: IMDB, PPO vs CORY ({_over_seeds(m)})"),
+            f"IMDB on {model} (group `{group}`): task reward, KL and {COMBINED} ({eta}; {ETA_SOURCE}). "
+            + (f"Lines: the mean of {m} seeds; shaded bands: {plots.BAND}." if m > 1 else "One seed: no band."))
     ablations = [(imdb["cory"], "llm1", "CORY-LLM1"), (imdb["cory_no_kt"], "llm1", "CORY w/o KT (LLM1)"),
                  (imdb["cory_no_rex"], "pioneer", "CORY w/o REx, pioneer"),
                  (imdb["cory_no_rex"], "observer", "CORY w/o REx, observer"), (imdb["ppo"], "llm1", "PPO")]
