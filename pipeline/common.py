@@ -160,6 +160,6 @@ def require_device(params, computes: bool = True) -> None:
         raise ConfigError(
             f"runtime.device: the {params.profile!r} profile needs a CUDA GPU and {who} sees none (its RL runs are "
             "sized for a GPU: about 10 minutes on one H100, days on this CPU). On a machine without a GPU run the "
-            "smoke profile: `python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway, set "
-            f"runtime.device: auto in profiles/{params.profile}.yaml."
+            "smoke profile: `python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway: "
+            "`dvc exp run -S runtime.device=auto`."
         )

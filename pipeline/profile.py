@@ -121,6 +121,15 @@ def render(name: str) -> dict:
     return _checked(overlay(base, {**changes, "profile": name}), where)
 
 
+def changed_settings(params: dict) -> dict[str, object]:
+    """The leaves of a params tree that differ from its profile's rendering (what `dvc exp run -S` or a hand edit
+    changed), by dotted path; {} for params that are their profile."""
+    from cory.schema import dotted_leaves
+
+    ours, profile = dotted_leaves(params), dotted_leaves(render(params["profile"]))
+    return {key: ours.get(key) for key in sorted(set(ours) | set(profile)) if ours.get(key) != profile.get(key)}
+
+
 def write(name: str, path: Path = ROOT / "params.yaml") -> None:
     params = render(name)
     source = "" if name == "default" else f" + profiles/{name}.yaml"

@@ -27,6 +27,14 @@ from pipeline.paths import ROOT, out_dir
 __all__ = ["main"]
 
 
+def changed() -> dict[str, object]:
+    """The settings this run changed from its profile (an experiment's -S values), for the MLflow parent run's name."""
+    from pipeline.params import params_path, read_yaml
+    from pipeline.profile import changed_settings
+
+    return changed_settings(read_yaml(params_path()))
+
+
 def main() -> None:
     params = load_params()
     cfg, name = params.report, params.profile
@@ -42,7 +50,7 @@ def main() -> None:
         # git-tracked; the MLflow parent run shows the same final values
         write_views(inputs, out_dir(params, "metrics"), cfg.last_n)
         log_pipeline_run(name, run_finals(inputs, cfg.last_n), inputs.passk, {c.key: c.verdict for c in claims},
-                         out_dir(params, "runs"), ROOT / "reports" / name)
+                         out_dir(params, "runs"), ROOT / "reports" / name, changed())
     for claim in claims:
         print(f"report: {claim.verdict:>14}  {claim.paper}")
     print(f"report: wrote reports/{name}/REPORT.md")

@@ -241,5 +241,6 @@ def test_dvc_exp_run_sets_a_param_and_exp_show_compares_it_with_the_workspace(cl
     full = next(csv.reader(sh("dvc", "exp", "show", "--csv", cwd=repo, env=env).splitlines()))
     assert not any(column.startswith("report.deviations") for column in full)
     # every param leaf, metric and dep (deps are columns too: 335 since cory/ is in wings and each stage lists the
-    # packages it imports; 590 before the views were redone)
-    assert len(full) < 360
+    # packages it imports, 378 with the SmolLM2 group, its GGUF source and the report's interval settings; 590 before
+    # the views were redone)
+    assert len(full) < 400

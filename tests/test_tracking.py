@@ -456,6 +456,30 @@ def test_headline_markdown_tables():
     ]
 
 
+def test_an_experiments_parent_run_is_named_by_what_it_changed():
+    """`dvc exp run -S train.ppo.learning_rate=2e-5` logs a parent run its baseline's name does not share."""
+    from cory.report.pipeline_run import run_name
+    from pipeline.profile import changed_settings, render
+
+    params = render("default")
+    assert changed_settings(params) == {} and run_name("default", "0123456789abcdef", {}) == "default 0123456789ab"
+    params["train"]["ppo"]["learning_rate"] = 2e-5
+    changed = changed_settings(params)
+    assert changed == {"train.ppo.learning_rate": 2e-5}
+    assert run_name("default", "0123456789abcdef", changed) == "default 0123456789ab train.ppo.learning_rate=2e-05"
+
+
+def test_an_experiment_is_created_as_a_model_training_one(store):
+    """MLflow 3 opens an experiment of kind custom_model_development on its runs table, not on GenAI traces."""
+    from mlflow.tracking import MlflowClient
+
+    from cory.tracking.store import experiment_of
+
+    client = MlflowClient(tracking_uri=store)
+    experiment = client.get_experiment(experiment_of(client, "kind"))
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
 def test_headline_markdown_keeps_the_dot_in_a_runs_name():
     """pareto's runs are named cory_eta0.01: the description said "pareto/cory_eta0/01" (seen in the UI)."""
     metrics = {"headline/pareto.cory_eta0.01.llm1.kl": 4.0, "headline/pareto.cory_eta0.01.llm1.task_reward": 1.0}
@@ -487,7 +511,7 @@ def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested
 
     client = MlflowClient(tracking_uri=store)
     parent = client.get_run(parent_id)
-    assert parent.info.run_name == "pipeline repro-7" and parent.info.status == "FINISHED"
+    assert parent.info.run_name == "parent repro-7" and parent.info.status == "FINISHED"
     assert parent.data.tags["run_key"] == "parent/pipeline" and parent.data.tags["pipeline_run"] == "repro-7"
     assert client.get_run(previous).data.tags["superseded_by"] == parent_id
     assert parent.data.metrics == {"headline/imdb.ppo.llm1.task_reward": 1.5, "headline/imdb.ppo.llm1.kl": 5.0,

@@ -72,17 +72,25 @@ def _nest(client, parent_id: str, profile: str, runs_dir: Path) -> list[str]:
     return children
 
 
+def run_name(profile: str, commit: str, changed: dict[str, Any]) -> str:
+    """"<profile> <commit> <setting>=<value> ...": a run of an experiment (`dvc exp run -S ...`) is told from the
+    baseline it varies by the settings it changed."""
+    settings = " ".join(f"{key}={value}" for key, value in changed.items())
+    return f"{profile} {commit[:12]}" + (f" {settings[:200]}" if settings else "")
+
+
 def log_pipeline_run(profile: str, metrics: dict[str, float], passk: dict[str, Any], verdicts: dict[str, str],
-                     runs_dir: Path, reports: Path) -> str | None:
+                     runs_dir: Path, reports: Path, changed: dict[str, Any] | None = None) -> str | None:
     """The parent run of one `dvc repro`, logged by the report stage once reports/<profile>/ is written; returns its
-    id (None if MLflow is unavailable). Named "pipeline <pipeline_run>" and keyed PIPELINE_KEY (the previous
+    id (None if MLflow is unavailable). Named "<profile> <pipeline_run> <changed settings>" (run_name) and keyed PIPELINE_KEY (the previous
     pipeline's parent is superseded), it holds the runs' final values (`metrics`: cory.report.dvc_views.run_finals)
     as metrics at step 0 and as its description, Pass@k of each model (`passk`: eval/passk.json, mean over seeds)
     as "headline/pass_at_<k>.<model>", each claim's verdict as a tag `claim.<key>`, reports/<profile>/ as artifacts
     under report/, and, nested under it by the tag mlflow.parentRunId, every run the report is made of (_nest)."""
     tags = {"mlflow.note.content": headline_markdown(metrics, passk, verdicts),
-            **{f"claim.{key}": verdict for key, verdict in verdicts.items()}}
-    name = f"pipeline {pipeline_run_id(git_commit())[:12]}"
+            **{f"claim.{key}": verdict for key, verdict in verdicts.items()},
+            **({"changed": ", ".join(f"{k}={v}" for k, v in changed.items())[:5000]} if changed else {})}
+    name = run_name(profile, pipeline_run_id(git_commit()), changed or {})
     with start_run("report", {}, tags, name, profile=profile, outputs=reports, key=PIPELINE_KEY,
                    source="pipeline.report") as parent:
         parent.log_metrics({**metrics, **{f"headline/pass_at_{k}.{model}": value for model, result in passk.items()

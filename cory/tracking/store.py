@@ -109,6 +109,11 @@ def store_exists() -> bool:
         return False
 
 
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+"""The experiment's kind for MLflow 3's UI: a model-training experiment, which opens on its runs table (without it
+the UI infers a GenAI experiment and opens on an empty traces overview)."""
+
+
 def experiment_of(client, profile: str) -> str:
     from mlflow.exceptions import MlflowException
 
@@ -116,7 +121,7 @@ def experiment_of(client, profile: str) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
-            client.create_experiment(name, artifact_location=_artifact_location(tracking_uri()))
+            client.create_experiment(name, artifact_location=_artifact_location(tracking_uri()), tags=EXPERIMENT_KIND)
         except MlflowException:
             pass  # another stage created it meanwhile
         experiment = client.get_experiment_by_name(name)
