@@ -228,12 +228,12 @@ def cost(job: Job) -> int:
 
 def start_order(jobs: list[Job], slots: int) -> list[Job]:
     """The order the pool starts `jobs` in: longest first (`cost`), except that at most half of the first `slots`
-    (the runs that start together) compile their forward passes (`ppo.compile`). Such a run spends its first minute
+    (the runs that start together) compile their forward passes (`ppo.speed.compile`). Such a run spends its first minute
     compiling on its one core with the GPU idle; when every slot did that at once (the default profile's 12 math runs)
     the GPU idled for the train stage's first 75 s. The other half trains meanwhile, and the compiled runs it displaced
     start as slots free up, with inductor's caches warm from the first ones."""
     def compiles(job: Job) -> bool:
-        return bool(job.train.ppo.compile)
+        return bool(job.train.ppo.speed.compile)
 
     first, later = [], []
     for job in sorted(jobs, key=cost, reverse=True):

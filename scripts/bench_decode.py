@@ -41,7 +41,7 @@ def main() -> None:
     k = cfg.ppo.samples_per_query  # the trainer samples each query k times: the batch of one iteration
     prompts = [cfg.prompt_template.format(query=q) for q in queries for _ in range(k)]
     max_new = gen.response_length[1]
-    if cfg.ppo.bf16_weights:
+    if cfg.ppo.speed.bf16_weights:
         lm = bf16_copy(lm)  # the agents sample on their bf16 copies, without autocast
     device = next(lm.parameters()).device
     kernels.configure_gpu_for_rl(device)  # as the train stage's processes: no cuDNN attention outside the decoding step
@@ -70,7 +70,7 @@ def main() -> None:
             decoding.decoding_attention = attention
 
         def call():
-            return rollout.generate(lm, tokenizer, prompts, config, max_new, mixed_precision=cfg.ppo.autocast)
+            return rollout.generate(lm, tokenizer, prompts, config, max_new, mixed_precision=cfg.ppo.speed.autocast)
 
         started = time.perf_counter()
         for _ in range(args.warmup):

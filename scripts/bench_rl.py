@@ -1,7 +1,7 @@
 """Benchmark: where an RL iteration's time goes, and how many runs should share one GPU.
 
     python -m scripts.bench_rl [--group imdb --run cory] [--iterations 6] [--workers 1 4 8 14] [--profile]
-                               [--variant ppo.mixed_precision=false ...] [--warmup 2] [--trace DIR] [--mps]
+                               [--variant ppo.speed.mixed_precision=false ...] [--warmup 2] [--trace DIR] [--mps]
                                                                                 (from the project root)
 
 Builds the profile's run (params.yaml or $CORY_PARAMS: its resolved train config, model shape and prompt template) on randomly
@@ -135,7 +135,7 @@ def main() -> None:
                         help="run everything under a CUDA MPS daemon, as the train stage does with runtime.mps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compilation happens here)")
     parser.add_argument("--trace", type=Path, help="with --profile: write each variant's Chrome trace here")
-    parser.add_argument("--variant", action="append", default=[], help="e.g. ppo.mixed_precision=false")
+    parser.add_argument("--variant", action="append", default=[], help="e.g. ppo.speed.mixed_precision=false")
     args = parser.parse_args()
 
     from pipeline.gpus import mps_daemon, visible_gpus, worker_gpus

@@ -23,7 +23,7 @@ what=${1:?usage: $0 imdb|math|vocab|paper | workers GROUP N [VARIANT]}; shift
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 FILTER="Loading|Writing|LOAD REPORT|^Key|^---|MISSING|^Notes|^\s*$|_warn_once|profiler"
-static=ppo.generation.cache=static dynamic=ppo.generation.cache=dynamic compile=ppo.compile=true unaligned=ppo.align_head=false fp32=ppo.mixed_precision=false
+static=ppo.generation.cache=static dynamic=ppo.generation.cache=dynamic compile=ppo.speed.compile=true unaligned=ppo.speed.align_head=false fp32=ppo.speed.mixed_precision=false
 bench() { python3 -m scripts.bench_rl "$@" 2>&1 | grep -Ev "$FILTER" | tee -a "$OUT/bench-$what.txt"; }
 case "$what" in
   # (measured 2026-11-27 and dropped from the list: math micro-batches of 128 x 1 instead of 32 x 4, no faster)
@@ -47,7 +47,7 @@ case "$what" in
       --offline-data --device "${DEVICE:-cuda}" --scale "${SCALE:-full}" > /tmp/build_standins.log 2>&1 ||
       { tail -20 /tmp/build_standins.log; exit 1; }
     python3 -m pipeline.profile paper_standins || exit 1
-    variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(plain ppo.fused_gelu=false ppo.align_head=false ppo.generation.cache=static)
+    variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(plain ppo.speed.fused_gelu=false ppo.speed.align_head=false ppo.generation.cache=static)
     for variant in "${variants[@]}"; do
       sets=(--warmup "${WARMUP:-1}")
       case $variant in plain) sets+=(--profile) ;;

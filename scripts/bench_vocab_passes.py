@@ -1,9 +1,9 @@
 """Benchmark: the passes over the vocabulary, side by side in one process, at the default profile's IMDB shape (one
 forward chunk: 128 responses x 16 tokens x GPT-2's 50,257 logits, bf16 as autocast hands them over):
   - the experience's per-token statistics (log pi, log pi_ref, full KL, entropy) from the separate functions (six
-    log-softmaxes), from cory.rl.ppo.response_statistics (two), and from it compiled (ppo.fused_vocab);
+    log-softmaxes), from cory.rl.ppo.response_statistics (two), and from it compiled (ppo.speed.fused_vocab);
   - the update's token log-probabilities, forward and backward: trl's log-softmax and gather (cory.rl.ppo.logprobs_of)
-    against cory.rl.ppo.token_logprobs compiled (ppo.fused_vocab);
+    against cory.rl.ppo.token_logprobs compiled (ppo.speed.fused_vocab);
 and the largest difference of each compiled result from the eager one.
 
     python -m scripts.bench_vocab_passes [--device cuda] [--repeats 3] [--shape B T V]

@@ -47,7 +47,7 @@ def set_dotted(tree: dict[str, Any], item: str) -> dict[str, Any]:
 
 
 def dotted_overrides(spec: str) -> dict[str, Any]:
-    """'ppo.mixed_precision=false,ppo.forward_batch_size=64' -> {'ppo': {'mixed_precision': False, ...}}: comma-separated
+    """'ppo.speed.mixed_precision=false,ppo.lam=1' -> {'ppo': {'speed': {'mixed_precision': False}, 'lam': 1}}: comma-separated
     dotted KEY=VALUE settings (values read as YAML) as the nested dict that cory.schema.merge takes."""
     tree: dict[str, Any] = {}
     for item in filter(None, spec.split(",")):

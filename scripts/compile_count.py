@@ -1,6 +1,6 @@
 """How much a compiled run compiles, and when: each iteration's seconds and dynamo's count of graphs so far.
 
-    python -m scripts.compile_count [--group math --run cory] [--iterations 12] [--variant ppo.compile=true]
+    python -m scripts.compile_count [--group math --run cory] [--iterations 12] [--variant ppo.speed.compile=true]
                                     [--profile smoke]                                   (from the project root)
 
 Builds the run as scripts/bench_rl.py does (random weights of the profile's shapes; params.yaml, or --profile NAME's
@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--group", default="math")
     parser.add_argument("--run", default="cory")
     parser.add_argument("--iterations", type=int, default=12)
-    parser.add_argument("--variant", default="ppo.compile=true", help="comma-separated dotted KEY=VALUE train settings")
+    parser.add_argument("--variant", default="ppo.speed.compile=true", help="comma-separated dotted KEY=VALUE train settings")
     parser.add_argument("--profile", help="render this profile instead of reading params.yaml (e.g. smoke, on a CPU)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,13 +31,13 @@ P=cory.n_agents=1 C=cory.n_agents=2   # single-agent PPO / CORY
 full=ppo.kl_penalty=full nodrop=ppo.dropout=none drop=ppo.dropout=update
 seeds="0 1"
 # batch 128 (256) responses in mini-batches of 32 accumulated to one optimizer step per epoch, to bound memory
-B128=ppo.batch_size=128,ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=64
-B256=ppo.batch_size=256,ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=8,ppo.forward_batch_size=64
+B128=ppo.batch_size=128,ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=4,ppo.speed.forward_batch_size=64
+B256=ppo.batch_size=256,ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=8,ppo.speed.forward_batch_size=64
 K8=ppo.samples_per_query=8,ppo.group_baseline=true
 case "$name" in
   imdb-dropout) group=imdb iterations=80 runs=(
-      "ppo=$P,$full,$drop" "ppo_nodrop=$P,$full,$nodrop" "ppo_fp32=$P,$full,$drop,ppo.mixed_precision=false"
-      "ppo_nodrop_fp32=$P,$full,$nodrop,ppo.mixed_precision=false" "cory=$C,$full,$drop" "cory_nodrop=$C,$full,$nodrop") ;;
+      "ppo=$P,$full,$drop" "ppo_nodrop=$P,$full,$nodrop" "ppo_fp32=$P,$full,$drop,ppo.speed.mixed_precision=false"
+      "ppo_nodrop_fp32=$P,$full,$nodrop,ppo.speed.mixed_precision=false" "cory=$C,$full,$drop" "cory_nodrop=$C,$full,$nodrop") ;;
   imdb-kl) group=imdb iterations=80 runs=(
       "ppo_k1=$P,$nodrop" "cory_k1=$C,$nodrop" "ppo_k1_drop=$P,$drop" "cory_k1_drop=$C,$drop"
       "ppo_k1_eta0.1=$P,$nodrop,ppo.adaptive_kl=false,ppo.init_kl_coef=0.1"
@@ -69,7 +69,7 @@ case "$name" in
       "cory_lora_k8_lr1e-4=$C,$L,$B128,$K8,ppo.learning_rate=1.0e-4") ;;
   math-scale) group=math iterations=100 seeds="0 1" evaluate=1
     L=lora_rank=16,lora_alpha=16 Z=ppo.zero_init_value_head=true,ppo.lam=1.0
-    B256=ppo.batch_size=256,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=64
+    B256=ppo.batch_size=256,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=4,ppo.speed.forward_batch_size=64
     runs=(
       "ppo_lora_lr3e-4=$P,$L,$B256,$K8,$Z,ppo.learning_rate=3.0e-4"
       "ppo_lora_lr1e-3=$P,$L,$B256,$K8,$Z,ppo.learning_rate=1.0e-3"
@@ -77,14 +77,14 @@ case "$name" in
       "cory_lora_lr3e-4=$C,$L,$B256,$K8,$Z,ppo.learning_rate=3.0e-4") ;;
   math-long) group=math iterations=250 seeds=0 evaluate=1
     L=lora_rank=16,lora_alpha=16 Z=ppo.zero_init_value_head=true,ppo.lam=1.0
-    B256=ppo.batch_size=256,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=64
+    B256=ppo.batch_size=256,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=4,ppo.speed.forward_batch_size=64
     runs=(
       "ppo_full_lr1e-5=$P,$B256,$K8,$Z,ppo.learning_rate=1.0e-5"
       "ppo_lora_lr3e-4=$P,$L,$B256,$K8,$Z,ppo.learning_rate=3.0e-4") ;;
   math-batch) group=math iterations=100 seeds="0 1" evaluate=1
     Z=ppo.zero_init_value_head=true,ppo.lam=1.0
-    Q64=ppo.batch_size=512,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=8,ppo.forward_batch_size=64
-    Q64m=ppo.batch_size=512,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.forward_batch_size=64
+    Q64=ppo.batch_size=512,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=8,ppo.speed.forward_batch_size=64
+    Q64m=ppo.batch_size=512,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.speed.forward_batch_size=64
     runs=(
       "ppo_q64_lr1e-5=$P,$Q64,$K8,$Z,ppo.learning_rate=1.0e-5"
       "ppo_q64_lr3e-5=$P,$Q64,$K8,$Z,ppo.learning_rate=3.0e-5"
@@ -92,26 +92,26 @@ case "$name" in
       "cory_q64_lr3e-5=$C,$Q64,$K8,$Z,ppo.learning_rate=3.0e-5") ;;
   math-slip) group=math iterations=100 seeds="0 1" evaluate=1 base=slip_rate=0.3
     Z=ppo.zero_init_value_head=true,ppo.lam=1.0
-    Q16=ppo.batch_size=128,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.forward_batch_size=64
+    Q16=ppo.batch_size=128,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.speed.forward_batch_size=64
     runs=("ppo=$P" "cory=$C" "ppo_k8=$P,$Q16,$K8,$Z" "cory_k8=$C,$Q16,$K8,$Z") ;;
   math-slip3) group=math iterations=100 seeds="0 1 2" evaluate=1 base=slip_rate=0.3
     Z=ppo.zero_init_value_head=true,ppo.lam=1.0
-    Q16=ppo.batch_size=128,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.forward_batch_size=64
+    Q16=ppo.batch_size=128,ppo.mini_batch_size=64,ppo.gradient_accumulation_steps=2,ppo.speed.forward_batch_size=64
     runs=("ppo_k8=$P,$Q16,$K8,$Z" "cory_k8=$C,$Q16,$K8,$Z") ;;
   math-lr) group=math iterations=100 seeds="0 1 2" evaluate=1 drift=1  # the profile's math settings as they are,
     # in micro-batches of 32 (the same optimizer steps) so that 12 runs fit an 80 GB card at once (64: out of memory)
-    M=ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=4,ppo.forward_batch_size=32
+    M=ppo.mini_batch_size=32,ppo.gradient_accumulation_steps=4,ppo.speed.forward_batch_size=32
     runs=("ppo=$P,$M" "cory=$C,$M" "ppo_lr2e-5=$P,$M,ppo.learning_rate=2.0e-5" "cory_lr2e-5=$C,$M,ppo.learning_rate=2.0e-5") ;;
   math-cache) group=math iterations=100 seeds="0 1 2" evaluate=1  # the speed options against the curves (speed
     # issue): the static KV cache (a 0.017 lower probe reward in the one run that had it) and the aligned LM head
     # (each names both options: the default profile has the static cache and the aligned head on since 2026-11-27)
-    runs=("ppo=$P,ppo.generation.cache=dynamic,ppo.align_head=false" "ppo_static=$P,ppo.generation.cache=static,ppo.align_head=false"
-      "ppo_aligned=$P,ppo.generation.cache=dynamic,ppo.align_head=true") ;;
+    runs=("ppo=$P,ppo.generation.cache=dynamic,ppo.speed.align_head=false" "ppo_static=$P,ppo.generation.cache=static,ppo.speed.align_head=false"
+      "ppo_aligned=$P,ppo.generation.cache=dynamic,ppo.speed.align_head=true") ;;
   math-microbatch) group=math iterations=100 seeds="0 1 2" evaluate=1  # the speed issue: the batch of 128 in one
     # micro-batch per optimizer step instead of 4 accumulated 32s (one math CORY process alone on an H100: 1.27 ->
     # 0.70 s per iteration, scripts/bench_rl.py); do the curves stay? (the loss is a mean over the batch's tokens
     # instead of a mean of 4 micro-batch means: the same gradient when every response has the same length)
-    M1=ppo.mini_batch_size=128,ppo.gradient_accumulation_steps=1,ppo.forward_batch_size=128
+    M1=ppo.mini_batch_size=128,ppo.gradient_accumulation_steps=1,ppo.speed.forward_batch_size=128
     runs=("ppo=$P" "ppo_mb128=$P,$M1" "cory=$C" "cory_mb128=$C,$M1") ;;
   *) echo "unknown diagnostic: $name" >&2; exit 2 ;;
 esac

@@ -432,7 +432,7 @@ def test_the_default_math_sweep_runs_two_seeds_at_three_etas(default):
     assert sweep.seeds == [0] and sweep.sweep_eta == [0.01, 0.1, 0.3] and tree.seeds == [0, 1, 2]
     for group in ("math", "pareto_math"):  # one micro-batch of 128 (diagnostics.sh math-microbatch): 12 math runs at
         ppo = default["experiments"][group]["train"]["ppo"]  # once fit one H100 with the corpus vocabulary
-        assert (ppo["mini_batch_size"], ppo["gradient_accumulation_steps"], ppo["forward_batch_size"]) == (128, 1, 128)
+        assert (ppo["mini_batch_size"], ppo["gradient_accumulation_steps"], ppo["speed"]["forward_batch_size"]) == (128, 1, 128)
     assert validate(render("paper")).experiments["pareto_math"].seeds is None  # the paper profile: every seed
 
 

@@ -164,7 +164,7 @@ def test_a_daemon_that_a_killed_stage_left_is_quit_before_a_new_one_starts(tmp_p
 
 
 def test_the_first_wave_of_runs_is_at_most_half_compiled_runs_and_the_rest_longest_first():
-    """The default profile's 54 runs on 12 slots: its 12 math runs (ppo.compile) are the longest, but only the 6
+    """The default profile's 54 runs on 12 slots: its 12 math runs (ppo.speed.compile) are the longest, but only the 6
     CORY ones start at once; the 6 longest IMDB runs fill the other slots, and the math PPO runs go next."""
     import yaml
 
@@ -179,17 +179,17 @@ def test_the_first_wave_of_runs_is_at_most_half_compiled_runs_and_the_rest_longe
     order = train.start_order(jobs, slots=12)
     assert sorted(job.name for job in order) == sorted(job.name for job in jobs)
     first = order[:12]
-    assert sum(bool(job.train.ppo.compile) for job in first) == 6
-    assert {job.name.rsplit("/", 1)[0] for job in first if job.train.ppo.compile} == {
+    assert sum(bool(job.train.ppo.speed.compile) for job in first) == 6
+    assert {job.name.rsplit("/", 1)[0] for job in first if job.train.ppo.speed.compile} == {
         "math/cory", "pareto_math/cory_eta0.01", "pareto_math/cory_eta0.1", "pareto_math/cory_eta0.3"}
-    uncompiled_later = [train.cost(job) for job in order[12:] if not job.train.ppo.compile]
-    assert [train.cost(job) for job in first if not job.train.ppo.compile] == [max(uncompiled_later)] * 6
+    uncompiled_later = [train.cost(job) for job in order[12:] if not job.train.ppo.speed.compile]
+    assert [train.cost(job) for job in first if not job.train.ppo.speed.compile] == [max(uncompiled_later)] * 6
     later = [train.cost(job) for job in order[12:]]
     assert later == sorted(later, reverse=True) and {job.name.split("/")[0] for job in order[12:18]} == {"math", "pareto_math"}
     # with slots for half the runs or more, or without compiled runs, the order is plain longest first
     longest_first = sorted(map(train.cost, jobs), reverse=True)
     assert [train.cost(job) for job in train.start_order(jobs, slots=len(jobs) // 2)] == longest_first
-    plain = [job for job in jobs if not job.train.ppo.compile]
+    plain = [job for job in jobs if not job.train.ppo.speed.compile]
     assert [train.cost(job) for job in train.start_order(plain, 12)] == sorted(map(train.cost, plain), reverse=True)
 
 

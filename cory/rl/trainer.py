@@ -34,7 +34,7 @@ class Trainer:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.reward_fn = reward_fn
-        prepare_for_rl(lm, cfg.ppo)  # speed only, before duplication: the copies and the reference inherit it
+        prepare_for_rl(lm, cfg.ppo.speed)  # speed only, before duplication: the copies and the reference inherit it
         # Duplication (paper §3.1): whole copies, or LoRA adapters on one shared base (see cory.rl.agents).
         agents, self.ref_lm = build_agents(cfg, lm)
         self.roles = Roles(agents)
@@ -212,7 +212,7 @@ class Trainer:
         # at most a training batch at a time, and at a training batch's shape (see generate): the logged samples and
         # the probe reuse the decoding step the training batches compiled
         return generate(agent.compute_lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
-                        ppo_cfg.batch_size, mixed_precision=ppo_cfg.autocast, dropout=dropout)
+                        ppo_cfg.batch_size, mixed_precision=ppo_cfg.speed.autocast, dropout=dropout)
 
     def _role_metrics(
         self, exp: Experience, stats: dict[str, float], task: torch.Tensor, training: torch.Tensor, beta: float
