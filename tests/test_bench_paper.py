@@ -1,4 +1,4 @@
-"""scripts/bench_paper.py on tiny stand-ins of the paper profile's models (CPU): every field of scale.json, and the
+"""benchmark/paper.py on tiny stand-ins of the paper profile's models (CPU): every field of scale.json, and the
 projection as the sum of its parts."""
 
 import json
@@ -8,7 +8,8 @@ import yaml
 
 from cory.schema import merge
 from pipeline.profile import render
-from scripts import bench_paper, build_standins
+from benchmark import paper as bench_paper
+from tools import build_standins
 
 
 @pytest.fixture(scope="module")

@@ -458,7 +458,7 @@ def test_a_groups_seeds_are_checked_against_the_top_level_seeds(default, edit, m
 
 
 def test_params_of_a_side_experiment_without_the_reports_groups_are_valid(default):
-    """scripts/variants.py writes params with one group of its own: no report is made of them."""
+    """tools/variants.py writes params with one group of its own: no report is made of them."""
     params = copy.deepcopy(default)
     params["experiments"] = {"variants": {**params["experiments"]["math"], "runs": {"a": {}, "b": {}}}}
     params["evaluation"]["models"] = {"base": "models/math", "a": "checkpoints/variants/a/seed{seed}/llm1"}
