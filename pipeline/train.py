@@ -264,8 +264,9 @@ def main(argv: list[str]) -> None:
     groups = argv or list(params.experiments)
     unknown = [group for group in groups if group not in params.experiments]
     if unknown:
-        raise ConfigError(f"experiments.{unknown[0]}: no such experiment group (known: {', '.join(params.experiments)})")
-    tasks = {group: params.experiments[group].task for group in groups}  # group -> task name, an MLflow param of its runs
+        raise ConfigError(f"experiments.{unknown[0]}: no such experiment group "
+                          f"(known: {', '.join(params.experiments)})")
+    tasks = {group: params.experiments[group].task for group in groups}  # group -> task name: its runs' MLflow param
     jobs = stage_jobs(params, groups)
     runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
     checkpoints_root.mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights

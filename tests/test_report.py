@@ -1,39 +1,22 @@
 import json
 import math
-import re
 import shutil
 from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from cory.report.claims import (
-    HELD,
-    MIXED,
-    NOT_HELD,
-    NOT_MEASURABLE,
-    Claim,
-    build_claims,
-    combined_eta,
-    curve_gap,
-    dominated_share,
-    late_slope,
-    math_claims,
-    max_drawdown,
-    noise_fall,
-    peak,
-    reach_iteration,
-    verdict,
+    HELD, MIXED, NOT_HELD, NOT_MEASURABLE, Claim, build_claims, curve_gap, dominated_share, late_slope, max_drawdown, peak, reach_iteration, verdict,
 )
 from cory.schema import ConfigError, from_dict
 from cory.runs.config import ExperimentConfig
 from cory.report.markdown import glossary_markdown
 from cory.rl.metrics import MetricsWriter
 from cory.report.config import ReportConfig
-from cory.report.markdown import claim_markdown, decimals, fixed, mean_std, time_table
+from cory.report.markdown import claim_markdown
 from cory.report.report import write_report
-from cory.report.results import Run, load_inputs
+from cory.report.results import load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
            "fig_coop_vs_comp", "fig_diversity")
@@ -380,188 +363,3 @@ def test_claim_without_common_seeds_is_not_measurable():
     claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0}, "b": {1: 2.0}, "c": {}}, lambda v: v["a"] < v["b"])
     assert claim.seeds == [] and claim.verdict == NOT_MEASURABLE
     assert "n/a" in "\n".join(claim_markdown(1, claim))
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The report reads true
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def run_of(curves: dict[int, dict[str, np.ndarray]], config: dict | None = None) -> Run:
-    """A Run straight from curves: seed -> {history column: values over iterations}."""
-    histories = {seed: pd.DataFrame({"iteration": np.arange(len(next(iter(c.values())))), **c})
-                 for seed, c in curves.items()}
-    return Run("group/run", histories, config or {}, [], {seed: 1.0 for seed in curves})
-
-
-def agrees_with_its_table(claim: Claim) -> bool:
-    """The verdict as the per-seed outcomes and the outcome on the means (both printed in the report) dictate."""
-    per_seed, on_means = list(claim.holds().values()), claim.holds_on_means()
-    if all(ok is None for ok in per_seed):
-        return claim.verdict == NOT_MEASURABLE
-    if all(ok is True for ok in per_seed) and on_means:
-        return claim.verdict == HELD
-    if all(ok is False for ok in per_seed) and not on_means:
-        return claim.verdict == NOT_HELD
-    return claim.verdict == MIXED
-
-
-def test_a_seed_that_cannot_be_measured_leaves_the_others_in_the_verdict():
-    # was: the mean over seeds took the NaN, so the verdict said "not measurable" beside "holds on 2/3 seeds"
-    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0, 1: 2.0, 2: math.nan}, "b": {0: 0.5, 1: 0.5, 2: 0.5}},
-                  lambda v: v["a"] > v["b"])
-    assert claim.holds() == {0: True, 1: True, 2: None} and claim.measured_seeds == [0, 1]
-    assert claim.means() == {"a": 1.5, "b": 0.5} and claim.holds_on_means() is True
-    assert claim.verdict == MIXED and agrees_with_its_table(claim)
-    text = "\n".join(claim_markdown(1, claim))
-    assert ("- **Verdict: mixed** (the rule holds on 2/3 seeds: 0, 1; could not be applied on seed 2 (n/a below); "
-            "holds on the means over seeds 0, 1)") in text
-    assert "| a | 1.50 ± 0.50 (2 seeds) | 0: 1.00, 1: 2.00, 2: n/a |" in text  # the mean the verdict read
-    # an infinite value (a ratio to 0) is no measurement either; on no seed at all: not measurable
-    only = Claim("k", "f.png", "paper", "rule", {"a": {0: math.inf, 1: math.nan}}, lambda v: v["a"] > 0)
-    assert only.holds() == {0: None, 1: None} and only.verdict == NOT_MEASURABLE and agrees_with_its_table(only)
-    failing = Claim("k", "f.png", "paper", "rule", {"a": {0: -1.0, 1: math.nan}}, lambda v: v["a"] > 0)
-    assert failing.verdict == MIXED  # fails where measured, unknown elsewhere: not "did not hold" on every seed
-    # no measured seed: no mean, but every value that exists is still shown in full
-    lone = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}, "b": {0: 0.012804}}, lambda v: v["a"] > v["b"])
-    assert "| b | n/a | 0: 0.01280 |" in "\n".join(claim_markdown(1, lone))
-
-
-def test_every_verdict_agrees_with_its_per_seed_table(tmp_path):
-    write_fixture(tmp_path / "mixed", cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
-    write_fixture(tmp_path / "short", seeds=(0, 1), iterations=2)  # late slopes of a 1-point half: n/a
-    for outputs in (tmp_path / "mixed", tmp_path / "short"):
-        for claim in claims_by_key(outputs).values():
-            assert agrees_with_its_table(claim), (outputs.name, claim.key, claim.holds(), claim.verdict)
-
-
-def _math_runs(ppo_rewards: dict[int, np.ndarray]) -> dict[str, Run]:
-    cory = {s: {f"{x}/{m}": np.ones_like(y) for x in ("llm1", "llm2") for m in ("task_reward", "kl", "combined_reward")}
-            for s, y in ppo_rewards.items()}
-    ppo = {s: {"llm1/task_reward": y, "llm1/kl": np.ones_like(y), "llm1/combined_reward": y}
-           for s, y in ppo_rewards.items()}
-    return {"ppo": run_of(ppo), "cory": run_of(cory)}
-
-
-def test_rises_then_falls_needs_a_rise_before_the_peak():
-    t = np.arange(60, dtype=float)
-    falls_from_start = 1.0 - t / 60  # the peak is iteration 0: no rise at all
-    early_bump = np.where(t < 3, 1.0 + 0.1 * t, 1.0 - t / 60)  # a "peak" at iteration 2, inside the first window
-    rises_then_falls = np.exp(-(((t - 25) / 10) ** 2))  # up to iteration 25, then down to ~0
-    claim = math_claims(_math_runs({0: falls_from_start, 1: early_bump, 2: rises_then_falls}),
-                        ReportConfig(last_n=5, stability_window=5))[0]
-    assert claim.key == "math_ppo_peak"
-    assert claim.holds() == {0: False, 1: False, 2: True} and claim.verdict == MIXED
-    values = claim.values(0)
-    assert values["PPO peak iteration (smoothed task reward)"] == 0 and values["PPO rise: peak - smoothed start"] == 0
-    assert "comes no earlier than iteration 5" in claim.rule and "rise > 0" in claim.rule
-    only_falls = math_claims(_math_runs({0: falls_from_start, 1: falls_from_start}), ReportConfig(last_n=5))[0]
-    assert only_falls.verdict == NOT_HELD  # never rose: did not hold (it used to be held on a fall share)
-
-
-def test_a_fall_within_batch_noise_is_no_decline():
-    rng = np.random.default_rng(0)
-    t = np.arange(150, dtype=float)
-    rise = 0.1 * np.minimum(t / 10, 1.0)  # up over the first 10 iterations, then flat: no decline to find
-    flat = 0.2 + rise + rng.normal(0, 0.07, t.size)  # math-like batches: 0/1 rewards of 16 problems
-    declines = 0.2 + rise - 0.15 * np.clip((t - 60) / 60, 0, 1) + rng.normal(0, 0.07, t.size)
-    claim = math_claims(_math_runs({0: flat, 1: declines}), ReportConfig())[0]
-    values = claim.values(0)
-    fall, noise = values["PPO fall: peak - final value"], values["PPO fall batch noise alone reaches (0.95 quantile)"]
-    assert fall >= 0.1 * values["PPO rise: peak - smoothed start"]  # the rule without the noise bound would hold
-    assert fall < noise
-    assert claim.holds() == {0: False, 1: True} and claim.verdict == MIXED
-    assert "more than the fall that the run's batch noise alone reaches (the 0.95 quantile" in claim.rule
-    # the bound is a quantile of falls that pure noise gives: about 1 in 20 flat curves passes at 0.95
-    nulls = [0.2 + rng.normal(0, 0.07, t.size) for _ in range(100)]
-    held = math_claims(_math_runs(dict(enumerate([0.2 + rise + y - 0.2 for y in nulls]))), ReportConfig())[0].holds()
-    assert sum(held.values()) <= 15
-    assert noise_fall(flat, 10, 10, quantile=0.0) < fall < noise_fall(flat, 10, 10, quantile=1.0)
-
-
-def test_combined_reward_eta_is_stated_with_where_it_comes_from(tmp_path):
-    write_fixture(tmp_path)
-    claims = claims_by_key(tmp_path)
-    rule = claims["imdb_combined_reward"].rule
-    assert "r - η·KL (η = 0.3; train.combined_reward_eta, else ppo.init_kl_coef)" in rule
-    assert "(η = 0.01;" in claims["math_cory_combined"].rule
-    assert combined_eta(run_of({0: {"x": np.zeros(2)}}, {"combined_reward_eta": 0.05, "ppo": {"init_kl_coef": 0.3}})) \
-        == 0.05
-    assert combined_eta(run_of({0: {"x": np.zeros(2)}}, {"combined_reward_eta": None, "ppo": {"init_kl_coef": 0.3}})) \
-        == 0.3
-
-
-def test_mean_std_digits_by_hand():
-    assert mean_std([86.64, 87.02, 87.4])[0] == "87.02 ± 0.31 (3 seeds)"  # std 2 significant digits, mean alike
-    assert mean_std([100.0, 80.0, 65.0])[0] == "82 ± 14 (3 seeds)"
-    assert mean_std([3.284, 3.284 + 4e-6])[0] == "3.284 ± 0.000 (2 seeds)"  # float noise: at the mean's 4th digit
-    assert mean_std([2.948, 2.948])[0] == "2.948 ± 0.000 (2 seeds)"
-    assert mean_std([-0.0009365, 0.000325, 0.0003381])[0] == "-0.00009 ± 0.00060 (3 seeds)"
-    assert mean_std([12000.0, 13300.0])[0] == "12650 ± 650 (2 seeds)"
-    assert mean_std([12.0, 12.0, 12.0])[0] == "12 ± 0 (3 seeds)"  # an iteration: a whole number
-    assert mean_std([0.3063])[0] == "0.3063 (1 seed)" and mean_std([math.nan])[0] == "n/a"
-    assert decimals(1234.0, 567.0) == -1 and fixed(1234.0, -1) == "1230"
-    assert fixed(-0.0001, 2) == "0.00" and fixed(math.nan, 2) == "n/a"
-
-
-SPREAD = re.compile(r"(-?\d+(?:\.(\d+))?) ± (\d+(?:\.(\d+))?) \(\d seeds\)")
-
-
-def test_every_mean_std_in_the_report_has_sensible_digits(tmp_path):
-    outputs, reports = tmp_path / "outputs", tmp_path / "reports"
-    write_fixture(outputs)
-    write_report(outputs, reports, ReportConfig(), experiments_of(fixture_experiments()), None, "fixture")
-    report = (reports / "REPORT.md").read_text()
-    spreads = SPREAD.findall(report)
-    assert len(spreads) > 50
-    for mean, mean_decimals, std, std_decimals in spreads:
-        assert len(mean_decimals) == len(std_decimals), (mean, std)  # the same decimal place
-        significant = std.replace(".", "").lstrip("0")
-        assert len(significant) <= 2 or float(std) == 0 or "." not in std, (mean, std)
-    rows = re.findall(r"^\| [^|]+ \| (-?[\d.]+) ± [\d.]+ \(\d seeds\) \| (.*) \|$", report, re.M)
-    assert len(rows) > 40
-    for mean, per_seed in rows:  # the per-seed values have the mean's decimal places
-        places = len(mean.partition(".")[2])
-        assert all(len(v.partition(".")[2]) == places for v in re.findall(r": (-?[\d.]+|n/a)", per_seed) if v != "n/a")
-
-
-def test_time_table_gives_each_stage_its_share_of_the_total_without_the_report():
-    timings = [{"stage": "train", "seconds": 300.0, "peak_rss_gib": 2.0}, {"stage": "evaluate", "seconds": 100.0},
-               {"stage": "report", "seconds": 50.0}]
-    rows = [line.split("|")[1:-1] for line in time_table(timings)[2:]]
-    assert [[cell.strip() for cell in row[:4]] for row in rows] == [
-        ["train", "300.0", "5.00", "75%"], ["evaluate", "100.0", "1.67", "25%"], ["**total**", "400.0", "6.67", "100%"]]
-    assert rows[0][4].strip() == "2.0" and rows[1][4].strip() == "-"
-    assert time_table([{"stage": "report", "seconds": 1.0}]) == ["(no stage timing files were found)"]
-
-
-def test_time_table_shows_the_time_between_the_stages_when_they_recorded_their_clock():
-    timings = [{"stage": "train", "seconds": 300.0, "started_at": 1000.0, "finished_at": 1300.0},
-               {"stage": "evaluate", "seconds": 100.0, "started_at": 1350.0, "finished_at": 1450.0},
-               {"stage": "report", "seconds": 50.0, "started_at": 1460.0, "finished_at": 1510.0}]
-    rows = [[cell.strip() for cell in line.split("|")[1:5]] for line in time_table(timings)[2:]]
-    assert rows == [["train", "300.0", "5.00", "67%"], ["evaluate", "100.0", "1.67", "22%"],
-                    ["*between the stages*", "50.0", "0.83", "11%"], ["**first start to last end**", "450.0", "7.50", "100%"]]
-
-
-def test_time_table_splits_the_time_between_the_stages_where_the_processes_recorded_their_start():
-    timings = [{"stage": "evaluate", "seconds": 100.0, "started_at": 1350.0, "finished_at": 1450.0,
-                "process_started_at": 1338.0},  # listed first (as the files sort), shown in the order they ran
-               {"stage": "train", "seconds": 300.0, "started_at": 1000.0, "finished_at": 1300.0,
-                "process_started_at": 990.0}]  # the first stage's imports: counted, as every later stage's
-    rows = [[cell.strip() for cell in line.split("|")[1:5]] for line in time_table(timings)[2:]]
-    assert rows == [["train", "300.0", "5.00", "65%"], ["evaluate", "100.0", "1.67", "22%"],
-                    ["*before and between the stages*", "60.0", "1.00", "13%"],
-                    ["&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", "22.0", "0.37", "5%"],
-                    ["&nbsp;&nbsp;*of which DVC and the processes' exit*", "38.0", "0.63", "8%"],
-                    ["**first process start to last end**", "460.0", "7.67", "100%"]]
-
-
-def test_a_runs_phase_split_is_a_mean_over_the_seeds_that_recorded_it():
-    from cory.report.markdown import phase_split
-
-    run = Run("g/r", {}, {}, [], {0: 10.0, 1: 12.0})
-    assert phase_split(run) == "-"  # written before phases were recorded
-    run.phase_seconds = {0: {"iterations": 6.0, "probes": 1.0, "samples": 1.0, "checkpoints": 1.0, "setup": 1.0},
-                         1: {"iterations": 8.0, "checkpoints": 3.0, "logging": 0.5, "save": 0.5}}
-    assert phase_split(run) == "7.0 / 1.0 / 2.0 / 1.0"

@@ -132,8 +132,8 @@ def bf16_copy(lm):
 
 
 def vocabulary_pass(fn, cfg: SpeedConfig, logits: torch.Tensor, eager=None):
-    """`fn` (a pure function of (B, T, V) logits), compiled where ppo.speed.fused_vocab asks for it and the logits are on a
-    GPU; else `eager` (the same values, written for eager kernels) or `fn` itself."""
+    """`fn` (a pure function of (B, T, V) logits), compiled where ppo.speed.fused_vocab asks for it and the logits are
+    on a GPU; else `eager` (the same values, written for eager kernels) or `fn` itself."""
     if cfg.fused_vocab and logits.is_cuda:
         return _compiled(fn)
     return eager or fn

@@ -196,7 +196,8 @@ class Trainer:
         ]
 
     def probe(self, queries: Sequence[str], answers: Sequence[str] | None) -> dict[str, float]:
-        """llm1/probe_task_reward: LLM1 alone on fixed `queries`, cfg.probe_samples answers each (TrainConfig.probe_every).
+        """llm1/probe_task_reward: LLM1 alone on fixed `queries`, cfg.probe_samples answers each
+        (TrainConfig.probe_every).
         It samples from a fork of the RNG state, so a run with the probe trains exactly as one without it."""
         k = self.cfg.probe_samples
         queries = [q for q in queries for _ in range(k)]
