@@ -1,4 +1,5 @@
-"""The IMDB sentiment classifier whose POSITIVE logit is the RL reward (docs/algorithm.md), a unit of the base_models stage.
+"""The IMDB sentiment classifier whose POSITIVE logit is the RL reward (docs/algorithm.md), a unit of the base_models
+stage.
 
 The paper scores with `lvwerra/distilbert-imdb`; offline there is none (README, "Offline sources"), so by default a GPT-2
 sequence classifier is trained on the train reviews, started from the imdb_small LM's body. A `source` other than
@@ -49,49 +50,22 @@ def prerequisite(params: Params) -> str | None:
 
 def build_reward_model(cfg: RewardModelConfig, params: Params, device: str, digest: str | None = None
                        ) -> tuple[dict, dict]:
-    """Train (or load) the classifier, save it with its tokenizer and training record (which keeps `digest`, its
-    fingerprint); returns (metrics, training record)."""
-    import transformers
-
-    from cory.tasks.classifier import classifier_accuracy, train_reward_classifier
-    from cory.hf import count_parameters, load_pretrained, save_model
-    from cory.tasks.tokenizer import load_tokenizer
+    """Train (or load) the classifier (cory.tasks.classifier.reward_model), save it with its tokenizer and training
+    record (which keeps `digest`, its fingerprint); returns (metrics, training record)."""
+    from cory.hf import save_model
+    from cory.tasks.classifier import reward_model
 
     data = out_dir(params, "data", "imdb")
     train, validation = read_jsonl(data / "train.jsonl"), read_jsonl(data / "validation.jsonl")
-    val_texts, val_labels = [row["text"] for row in validation], [row["label"] for row in validation]
-    history = []
-    if cfg.source == SCRATCH:
-        init_dir = out_dir(params, "models", cfg.init_from) if cfg.init_from else None
-        if init_dir is not None and not (init_dir / "config.json").is_file():
+    init_dir = None
+    if cfg.source == SCRATCH and cfg.init_from:
+        init_dir = out_dir(params, "models", cfg.init_from)
+        if not (init_dir / "config.json").is_file():
             raise FileNotFoundError(f"reward_model.init_from: {init_dir} holds no model (run the base_models stage: "
                                     f"dvc repro base_models)")
-        tokenizer = load_tokenizer(str(init_dir) if init_dir else cfg.tokenizer)
-        model, metrics = train_reward_classifier(
-            [row["text"] for row in train],
-            [row["label"] for row in train],
-            val_texts,
-            val_labels,
-            tokenizer,
-            cfg.classifier,
-            device,
-            init_from=init_dir,
-        )
-        history = metrics.pop("history")
-    else:
-        started = time.perf_counter()
-        model = load_pretrained(transformers.AutoModelForSequenceClassification.from_pretrained, cfg.source,
-                                "reward_model.source")
-        tokenizer = load_pretrained(load_tokenizer, cfg.source, "reward_model.source")
-        prefix = cfg.classifier.eval_prefix_tokens
-        metrics = {
-            "params": count_parameters(model),
-            "val_reviews": len(val_texts),
-            "accuracy": classifier_accuracy(model, tokenizer, val_texts, val_labels, cfg.classifier.max_length, device,
-                                            truncation=cfg.classifier.truncation),
-            f"accuracy_prefix{prefix}": classifier_accuracy(model, tokenizer, val_texts, val_labels, prefix, device),
-            "total_seconds": time.perf_counter() - started,
-        }
+    source = None if cfg.source == SCRATCH else cfg.source
+    model, tokenizer, metrics, history = reward_model(cfg.classifier, source, cfg.tokenizer, init_dir, train,
+                                                      validation, device)
     model_dir = out_dir(params, "models", REWARD)
     save_model(model, tokenizer, model_dir)
     record = {
@@ -119,8 +93,8 @@ def fingerprint(params: Params, init_digest: str | None, code: str) -> str:
 
 def is_current(params: Params, fingerprint: str) -> bool:
     """Whether the reward model's outputs are all there and were made from what it depends on now (`fingerprint`)."""
-    return recorded(out_dir(params, "models", REWARD, "training.json"), [out_dir(params, "metrics", "reward_model.json")],
-                    fingerprint)
+    metrics = out_dir(params, "metrics", "reward_model.json")
+    return recorded(out_dir(params, "models", REWARD, "training.json"), [metrics], fingerprint)
 
 
 def train_reward(digest: str, params: Params) -> FinishedRun:

@@ -32,12 +32,11 @@ class RuntimeConfig:
     (one CPU where the cluster has no GPU). Ray workers import this repository's code and write the run folders at
     the same paths, so a cluster needs it on a shared filesystem."""
     mps: bool = False
-    """With `workers` > 1 on a GPU, run the train stage's local worker processes under CUDA MPS (the train stage starts a private
-    `nvidia-cuda-mps-control` daemon for its duration and stops it after): the kernels of the processes sharing a GPU
-    then run at the same time instead of taking turns, which a small model's small kernels leave room for (one H100,
-    8 processes: math CORY throughput 2.53x -> 4.29x one process, IMDB CORY 4.90x -> 6.37x; scripts/bench_speed.sh).
-    Without the daemon's program, or where it cannot start, the stage says so and runs without it. On a machine
-    where an MPS daemon of its own already serves the GPUs, set it false (the runs then use that one)."""
+    """With `workers` > 1 on a GPU, run the local worker processes under CUDA MPS (the stage starts a private
+    `nvidia-cuda-mps-control` daemon for its duration): the kernels of the processes sharing a GPU then run at the same
+    time instead of taking turns, which small models leave room for (docs/speed.md). Without the daemon's program,
+    or where it cannot start, the stage says so and runs without it; where an MPS daemon of its own already serves
+    the GPUs, set it false."""
     log_every: int = 1
     """Send metrics to MLflow every this many iterations (the history.csv always has every iteration)."""
     checkpoint_every: int = 10

@@ -238,12 +238,12 @@ def cost(job: Job) -> int:
 
 def start_order(jobs: list[Job], slots: int) -> list[Job]:
     """The order the pool starts `jobs` in: longest first (`cost`), except that at most half of the first `slots`
-    (the runs that start together) compile their forward passes (`ppo.compile`). Such a run spends its first minute
+    (the runs that start together) compile their forward passes (`ppo.speed.compile`). Such a run spends its first minute
     compiling on its one core with the GPU idle; when every slot did that at once (the default profile's 12 math runs)
     the GPU idled for the train stage's first 75 s. The other half trains meanwhile, and the compiled runs it displaced
     start as slots free up, with inductor's caches warm from the first ones."""
     def compiles(job: Job) -> bool:
-        return bool(job.train.ppo.compile)
+        return bool(job.train.ppo.speed.compile)
 
     first, later = [], []
     for job in sorted(jobs, key=cost, reverse=True):
@@ -274,8 +274,9 @@ def main(argv: list[str]) -> None:
     groups = argv or list(params.experiments)
     unknown = [group for group in groups if group not in params.experiments]
     if unknown:
-        raise ConfigError(f"experiments.{unknown[0]}: no such experiment group (known: {', '.join(params.experiments)})")
-    tasks = {group: params.experiments[group].task for group in groups}  # group -> task name, an MLflow param of its runs
+        raise ConfigError(f"experiments.{unknown[0]}: no such experiment group "
+                          f"(known: {', '.join(params.experiments)})")
+    tasks = {group: params.experiments[group].task for group in groups}  # group -> task name: its runs' MLflow param
     jobs = stage_jobs(params, groups)
     runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
     checkpoints_root.mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights

@@ -1,13 +1,13 @@
-"""scripts/bench_evaluate.py on the CPU (the smoke profile's math shape): it saves distinct random models and times
+"""benchmark/evaluate.py on the CPU (the smoke profile's math shape): it saves distinct random models and times
 the evaluate stage's two ways, which give the same numbers."""
 
 import sys
 
-from scripts.common import profile_params
+from benchmark.common import profile_params
 
 
 def test_both_ways_run_and_agree(tmp_path, monkeypatch, capsys):
-    from scripts import bench_evaluate
+    from benchmark import evaluate as bench_evaluate
 
     monkeypatch.setenv("CORY_PARAMS", str(profile_params("smoke", tmp_path)))
     runs = bench_evaluate.save_models(tmp_path / "models", 2)

@@ -1,4 +1,4 @@
-"""scripts/bench_paper.py on tiny stand-ins of the paper profile's models (CPU): every field of scale.json, and the
+"""benchmark/paper.py on tiny stand-ins of the paper profile's models (CPU): every field of scale.json, and the
 projection as the sum of its parts."""
 
 import json
@@ -8,7 +8,8 @@ import yaml
 
 from cory.schema import merge
 from pipeline.profile import render
-from scripts import bench_paper, build_standins
+from benchmark import paper as bench_paper
+from tools import build_standins
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     monkeypatch.setenv("CORY_PARAMS", str(path))
     out = tmp_path / "scale.json"
     small = ["load_in_4bit=false", "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.gradient_accumulation_steps=1",
-             "ppo.forward_batch_size=null", "ppo.generation.response_length=[4, 6]"]
+             "ppo.speed.forward_batch_size=null", "ppo.generation.response_length=[4, 6]"]
     bench_paper.main(["--iterations", "1", "--only", "imdb/ppo", "math/cory", "--out", str(out),
                       *[arg for item in small for arg in ("--set", item)]])
     result = json.loads(out.read_text())

@@ -1,9 +1,9 @@
-"""scripts/bench_rl.py's run builder (CPU): a --variant changes the run's resolved settings, including those its
+"""benchmark/rl.py's run builder (CPU): a --variant changes the run's resolved settings, including those its
 experiment group sets, and the math run gets math problems its corpus vocabulary tokenizes without bytes."""
 
 from pathlib import Path
 
-from scripts.bench_rl import build
+from benchmark.rl import build
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,8 +35,8 @@ def test_concurrent_processes_start_their_timed_iterations_together(tmp_path, mo
     """Each process waits twice: once its models are built, and once its warm-up (where compilations happen, each of
     its own length) is over, so that the processes' timed iterations run side by side and none is timed partly alone
     (which once made a compiled variant look 2.1x faster instead of 1.17x)."""
-    from scripts.bench_rl import time_iterations
-    from scripts.common import profile_params
+    from benchmark.rl import time_iterations
+    from benchmark.common import profile_params
 
     monkeypatch.setenv("CORY_PARAMS", str(profile_params("smoke", tmp_path)))
     barrier = CountingBarrier()

@@ -1,4 +1,4 @@
-"""ppo.bf16_weights: the passes run on a bf16 copy of each agent's LM, the optimizer steps the fp32 weights, and the
+"""ppo.speed.bf16_weights: the passes run on a bf16 copy of each agent's LM, the optimizer steps the fp32 weights, and the
 copy follows them (on the CPU, where bf16 runs as on a GPU, without autocast either way)."""
 
 import dataclasses
@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from cory.rl.config import PPOConfig, TrainConfig
+from cory.rl.config import PPOConfig, SpeedConfig, TrainConfig
 from cory.schema import ConfigError
 from cory.rl.learner import make_experience, ppo_update
 from cory.rl.trainer import Trainer
@@ -17,7 +17,8 @@ from tiny import good_word_reward, tiny_lm, tiny_tokenizer
 
 def trainer(bf16_weights: bool, n_agents: int = 2, seed: int | None = None, **ppo) -> Trainer:
     cfg = config(n_agents=n_agents, iterations=6, dropout="none")
-    cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, bf16_weights=bf16_weights, **ppo))
+    speed = dataclasses.replace(cfg.ppo.speed, bf16_weights=bf16_weights)
+    cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, speed=speed, **ppo))
     torch.manual_seed(seed or 0)
     return Trainer(cfg, tiny_lm(), tiny_tokenizer(), good_word_reward, seed=seed)
 
@@ -95,7 +96,7 @@ def test_it_learns_as_fp32_does_on_the_toy_task():
 
 
 def test_config_errors_name_the_setting():
-    with pytest.raises(ConfigError, match="bf16_weights"):
-        PPOConfig(bf16_weights=True, mixed_precision=False)
-    with pytest.raises(ConfigError, match="bf16_weights"):
-        TrainConfig(lora_rank=4, ppo=PPOConfig(bf16_weights=True))
+    with pytest.raises(ConfigError, match=r"ppo\.speed\.bf16_weights"):
+        SpeedConfig(bf16_weights=True, mixed_precision=False)
+    with pytest.raises(ConfigError, match=r"ppo\.speed\.bf16_weights"):
+        TrainConfig(lora_rank=4, ppo=PPOConfig(speed=SpeedConfig(bf16_weights=True)))

@@ -1,12 +1,12 @@
-"""The project's modules import each other without a cycle: the import graph of cory/ and pipeline/ (every import,
-at the top of a file or inside a function) has no loop, so each module can be read, and imported, after the ones
-it uses."""
+"""The project's modules import each other without a cycle: the import graph of cory/, pipeline/, benchmark/ and
+tools/ (every import, at the top of a file or inside a function) has no loop, so each module can be read, and
+imported, after the ones it uses."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("cory", "pipeline")
+PACKAGES = ("cory", "pipeline", "benchmark", "tools")
 
 
 def module_name(path: Path) -> str:

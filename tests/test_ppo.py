@@ -181,7 +181,7 @@ def test_response_statistics_equal_the_separate_functions_bit_for_bit():
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_token_logprobs_equal_the_log_softmax_ones_with_their_gradients(compiled):
-    """ppo.fused_vocab's update path: logit less log-sum-exp, eager or compiled as on a GPU (here inductor on the
+    """ppo.speed.fused_vocab's update path: logit less log-sum-exp, eager or compiled as on a GPU (here inductor on the
     CPU), against trl's log-softmax and gather, values and gradients, from bf16 logits as autocast hands them over."""
     torch.manual_seed(0)
     logits = (torch.randn(3, 5, 67) * 3).bfloat16().requires_grad_()

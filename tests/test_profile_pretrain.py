@@ -1,7 +1,7 @@
-"""scripts/profile_pretrain.py on the CPU at a tiny shape: it trains, times and profiles pretrain_lm's step."""
+"""benchmark/pretrain.py on the CPU at a tiny shape: it trains, times and profiles pretrain_lm's step."""
 
 from cory.tasks.config import LMConfig, PretrainConfig
-from scripts.profile_pretrain import kind_of, profile_pretraining
+from benchmark.pretrain import kind_of, profile_pretraining
 
 
 def test_kernel_kinds():

@@ -1,11 +1,10 @@
 import json
 import math
-import re
 import shutil
 from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
+
 import pytest
 
 from cory.report.claims import (
@@ -17,13 +16,10 @@ from cory.report.claims import (
     Claim,
     Effect,
     build_claims,
-    combined_eta,
     curve_gap,
     dominated_share,
     late_slope,
-    math_claims,
     max_drawdown,
-    noise_fall,
     peak,
     reach_iteration,
 )
@@ -31,12 +27,12 @@ from cory.schema import ConfigError, from_dict
 from cory.runs.config import ExperimentConfig
 from cory.report.markdown import glossary_markdown
 from cory.rl.metrics import MetricsWriter
-from cory.report.claims import Context, RateDifference, combined_fall_claim, fall_factor
+from cory.report.claims import fall_factor
 from cory.report.config import ReportConfig
-from cory.report.markdown import claim_markdown, decimals, fixed, mean_std, rerun_rows, summary_json, time_table
+from cory.report.markdown import claim_markdown
 from cory.report.report import write_report
 from cory.report.stats import combine, side
-from cory.report.results import Run, load_inputs
+from cory.report.results import load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
            "fig_coop_vs_comp", "fig_diversity")
@@ -470,321 +466,3 @@ def test_claim_without_common_seeds_is_not_measurable():
                   [Effect("a - b", ("a", "b"), lambda a, b: a - b, "<", 0.0)])
     assert claim.seeds == [0, 1] and claim.verdict == NOT_MEASURABLE and claim.results[0].seeds == {"A": 0}
     assert "n/a" in "\n".join(claim_markdown(1, claim))
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The report reads true
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def run_of(curves: dict[int, dict[str, np.ndarray]], config: dict | None = None, name: str = "group/run") -> Run:
-    """A Run straight from curves: seed -> {history column: values over iterations}."""
-    histories = {seed: pd.DataFrame({"iteration": np.arange(len(next(iter(c.values())))), **c})
-                 for seed, c in curves.items()}
-    return Run(name, histories, config or {}, [], {seed: 1.0 for seed in curves})
-
-
-def test_a_seed_that_cannot_be_measured_leaves_the_others_in_the_verdict():
-    # was: the mean over seeds took the NaN, so the verdict said "not measurable" beside numbers on 2 of 3 seeds
-    claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0, 1: 2.0, 2: math.nan}, "b": {0: 0.5, 1: 0.5, 2: 0.5}},
-                  {"a": "A", "b": "B"}, [Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", 0.0)])
-    result = claim.results[0]
-    assert result.seeds == {"A": 2, "B": 3} and claim.means() == {"a": 1.5, "b": 0.5}
-    assert (result.interval.estimate, result.interval.low, result.interval.high) == (1.0, 0.5, 1.5)
-    assert claim.verdict == HELD and decided_by_its_intervals(claim)
-    text = "\n".join(claim_markdown(1, claim))
-    assert "- **Verdict: held** (95% intervals; a - b: [0.5, 1.5] lies above 0)" in text
-    assert "| a - b | 1 [0.5, 1.5] | > 0 | held | A 2, B 3 |" in text
-    assert "| a | 1.50 ± 0.50 (2 seeds) | 0: 1.00, 1: 2.00, 2: n/a |" in text  # the mean the effect read
-    # an infinite value (a ratio to 0) is no measurement either; on no seed at all: not measurable
-    only = Claim("k", "f.png", "paper", "rule", {"a": {0: math.inf, 1: math.nan}}, {"a": "A"},
-                 [Effect("a", ("a",), lambda a: a, ">", 0.0)])
-    assert only.results[0].seeds == {"A": 0} and only.verdict == NOT_MEASURABLE
-    # no finite value: every value that exists is still shown
-    lone = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}, "b": {0: 0.012804}}, {"a": "A", "b": "A"},
-                 [Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", 0.0)])
-    assert "| b | 0.01280 (1 seed) | 0: 0.01280 |" in "\n".join(claim_markdown(1, lone))
-
-
-def test_every_verdict_agrees_with_its_intervals(tmp_path):
-    write_fixture(tmp_path / "mixed", cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
-    write_fixture(tmp_path / "short", seeds=(0, 1), iterations=2)  # late slopes of a 1-point half: n/a
-    for outputs in (tmp_path / "mixed", tmp_path / "short"):
-        for claim in claims_by_key(outputs).values():
-            assert decided_by_its_intervals(claim), (outputs.name, claim.key, claim.results)
-            for r in claim.results:  # the seeds-needed estimate points the way the verdict is open
-                assert math.isnan(r.seeds_needed) or r.seeds_needed >= 2
-
-
-def _math_runs(ppo_rewards: dict[int, np.ndarray]) -> dict[str, Run]:
-    cory = {s: {f"{x}/{m}": np.ones_like(y) for x in ("llm1", "llm2") for m in ("task_reward", "kl", "combined_reward")}
-            for s, y in ppo_rewards.items()}
-    ppo = {s: {"llm1/task_reward": y, "llm1/kl": np.ones_like(y), "llm1/combined_reward": y}
-           for s, y in ppo_rewards.items()}
-    return {"ppo": run_of(ppo, name="math/ppo"), "cory": run_of(cory, name="math/cory")}
-
-
-def peak_claim(rewards: dict[int, np.ndarray], cfg: ReportConfig) -> Claim:
-    return math_claims(_math_runs(rewards), Context(cfg))[0]
-
-
-def peaks_on(claim: Claim, seed: int, cfg: ReportConfig, length: int) -> bool:
-    """The peak-then-decline rule on one seed's numbers (the effects read their seed means)."""
-    v = {label: values[seed] for label, values in claim.quantities.items()}
-    top = v["PPO peak iteration (smoothed task reward)"]
-    return (cfg.stability_window <= top < length - cfg.last_n and v["PPO rise: peak - smoothed start"] > 0
-            and v[f"PPO fall beyond max({cfg.decline:g} x rise, batch noise)"] > 0)
-
-
-def test_rises_then_falls_needs_a_rise_before_the_peak():
-    t = np.arange(60, dtype=float)
-    falls_from_start = 1.0 - t / 60  # the peak is iteration 0: no rise at all
-    early_bump = np.where(t < 3, 1.0 + 0.1 * t, 1.0 - t / 60)  # a "peak" at iteration 2, inside the first window
-    rises_then_falls = np.exp(-(((t - 25) / 10) ** 2))  # up to iteration 25, then down to ~0
-    cfg = ReportConfig(last_n=5, stability_window=5)
-    claim = peak_claim({0: falls_from_start, 1: early_bump, 2: rises_then_falls}, cfg)
-    assert claim.key == "math_ppo_peak"
-    assert [peaks_on(claim, s, cfg, 60) for s in (0, 1, 2)] == [False, False, True]
-    assert claim.verdict == INCONCLUSIVE  # one seed of three peaks: the mean peak iteration's interval is [0, 25]
-    earliest = claim.results[0]
-    assert (earliest.interval.low, earliest.interval.high, earliest.verdict) == (0.0, 25.0, INCONCLUSIVE)
-    assert claim.quantities["PPO peak iteration (smoothed task reward)"][0] == 0
-    assert claim.quantities["PPO rise: peak - smoothed start"][0] == 0
-    assert "is no earlier than iteration 5" in claim.rule and "rise > 0" in claim.rule
-    only_falls = peak_claim({0: falls_from_start, 1: falls_from_start}, ReportConfig(last_n=5))
-    assert only_falls.verdict == NOT_HELD  # never rose: did not hold (it used to be held on a fall share)
-    assert [r.verdict for r in only_falls.results] == [NOT_HELD, HELD, NOT_HELD, HELD]  # falls, but from the start
-
-
-def test_a_fall_within_batch_noise_is_no_decline():
-    rng = np.random.default_rng(0)
-    t = np.arange(150, dtype=float)
-    rise = 0.1 * np.minimum(t / 10, 1.0)  # up over the first 10 iterations, then flat: no decline to find
-    flat = 0.2 + rise + rng.normal(0, 0.07, t.size)  # math-like batches: 0/1 rewards of 16 problems
-    declines = 0.2 + rise - 0.15 * np.clip((t - 60) / 60, 0, 1) + rng.normal(0, 0.07, t.size)
-    cfg = ReportConfig()
-    claim = peak_claim({0: flat, 1: declines}, cfg)
-    values = {label: v[0] for label, v in claim.quantities.items()}
-    fall, noise = values["PPO fall: peak - final value"], values["PPO fall batch noise alone reaches (0.95 quantile)"]
-    assert fall >= 0.1 * values["PPO rise: peak - smoothed start"]  # the rule without the noise bound would hold
-    assert fall < noise
-    assert [peaks_on(claim, s, cfg, 150) for s in (0, 1)] == [False, True] and claim.verdict == INCONCLUSIVE
-    assert "and the fall that the run's batch noise alone reaches (the 0.95 quantile" in claim.rule
-    # the bound is a quantile of falls that pure noise gives: about 1 in 20 flat curves passes at 0.95
-    nulls = [0.2 + rng.normal(0, 0.07, t.size) for _ in range(100)]
-    many = peak_claim(dict(enumerate([0.2 + rise + y - 0.2 for y in nulls])), cfg)
-    assert sum(peaks_on(many, s, cfg, 150) for s in range(100)) <= 15
-    assert many.verdict == NOT_HELD  # 100 flat seeds: the mean fall beyond the noise is clearly below 0
-    assert noise_fall(flat, 10, 10, quantile=0.0) < fall < noise_fall(flat, 10, 10, quantile=1.0)
-
-
-def test_combined_reward_eta_is_stated_with_where_it_comes_from(tmp_path):
-    write_fixture(tmp_path)
-    claims = claims_by_key(tmp_path)
-    rule = claims["imdb_combined_reward"].rule
-    assert "r - η·KL (η = 0.3; train.combined_reward_eta, else ppo.init_kl_coef)" in rule
-    assert "(η = 0.01;" in claims["math_cory_combined"].rule
-    assert combined_eta(run_of({0: {"x": np.zeros(2)}}, {"combined_reward_eta": 0.05, "ppo": {"init_kl_coef": 0.3}})) \
-        == 0.05
-    assert combined_eta(run_of({0: {"x": np.zeros(2)}}, {"combined_reward_eta": None, "ppo": {"init_kl_coef": 0.3}})) \
-        == 0.3
-
-
-def test_mean_std_digits_by_hand():
-    assert mean_std([86.64, 87.02, 87.4])[0] == "87.02 ± 0.31 (3 seeds)"  # std 2 significant digits, mean alike
-    assert mean_std([100.0, 80.0, 65.0])[0] == "82 ± 14 (3 seeds)"
-    assert mean_std([3.284, 3.284 + 4e-6])[0] == "3.284 ± 0.000 (2 seeds)"  # float noise: at the mean's 4th digit
-    assert mean_std([2.948, 2.948])[0] == "2.948 ± 0.000 (2 seeds)"
-    assert mean_std([-0.0009365, 0.000325, 0.0003381])[0] == "-0.00009 ± 0.00060 (3 seeds)"
-    assert mean_std([12000.0, 13300.0])[0] == "12650 ± 650 (2 seeds)"
-    assert mean_std([12.0, 12.0, 12.0])[0] == "12 ± 0 (3 seeds)"  # an iteration: a whole number
-    assert mean_std([0.3063])[0] == "0.3063 (1 seed)" and mean_std([math.nan])[0] == "n/a"
-    assert decimals(1234.0, 567.0) == -1 and fixed(1234.0, -1) == "1230"
-    assert fixed(-0.0001, 2) == "0.00" and fixed(math.nan, 2) == "n/a"
-
-
-SPREAD = re.compile(r"(-?\d+(?:\.(\d+))?) ± (\d+(?:\.(\d+))?) \(\d seeds\)")
-
-
-def test_every_mean_std_in_the_report_has_sensible_digits(tmp_path):
-    outputs, reports = tmp_path / "outputs", tmp_path / "reports"
-    write_fixture(outputs)
-    write_report(outputs, reports, ReportConfig(), experiments_of(fixture_experiments()), None, "fixture")
-    report = (reports / "REPORT.md").read_text()
-    spreads = SPREAD.findall(report)
-    assert len(spreads) > 50
-    for mean, mean_decimals, std, std_decimals in spreads:
-        assert len(mean_decimals) == len(std_decimals), (mean, std)  # the same decimal place
-        significant = std.replace(".", "").lstrip("0")
-        assert len(significant) <= 2 or float(std) == 0 or "." not in std, (mean, std)
-    rows = re.findall(r"^\| [^|]+ \| (-?[\d.]+) ± [\d.]+ \(\d seeds\) \| ([^|]*) \|[^|]*\|$", report, re.M)
-    assert len(rows) > 40
-    for mean, per_seed in rows:  # the per-seed values have the mean's decimal places
-        places = len(mean.partition(".")[2])
-        assert all(len(v.partition(".")[2]) == places for v in re.findall(r": (-?[\d.]+|n/a)", per_seed) if v != "n/a")
-
-
-def test_time_table_gives_each_stage_its_share_of_the_total_without_the_report():
-    timings = [{"stage": "train", "seconds": 300.0, "peak_rss_gib": 2.0}, {"stage": "evaluate", "seconds": 100.0},
-               {"stage": "report", "seconds": 50.0}]
-    rows = [line.split("|")[1:-1] for line in time_table(timings)[2:]]
-    assert [[cell.strip() for cell in row[:4]] for row in rows] == [
-        ["train", "300.0", "5.00", "75%"], ["evaluate", "100.0", "1.67", "25%"], ["**total**", "400.0", "6.67", "100%"]]
-    assert rows[0][4].strip() == "2.0" and rows[1][4].strip() == "-"
-    assert time_table([{"stage": "report", "seconds": 1.0}]) == ["(no stage timing files were found)"]
-
-
-def test_time_table_shows_the_time_between_the_stages_when_they_recorded_their_clock():
-    timings = [{"stage": "train", "seconds": 300.0, "started_at": 1000.0, "finished_at": 1300.0},
-               {"stage": "evaluate", "seconds": 100.0, "started_at": 1350.0, "finished_at": 1450.0},
-               {"stage": "report", "seconds": 50.0, "started_at": 1460.0, "finished_at": 1510.0}]
-    rows = [[cell.strip() for cell in line.split("|")[1:5]] for line in time_table(timings)[2:]]
-    assert rows == [["train", "300.0", "5.00", "67%"], ["evaluate", "100.0", "1.67", "22%"],
-                    ["*between the stages*", "50.0", "0.83", "11%"], ["**first start to last end**", "450.0", "7.50", "100%"]]
-
-
-def test_time_table_splits_the_time_between_the_stages_where_the_processes_recorded_their_start():
-    timings = [{"stage": "evaluate", "seconds": 100.0, "started_at": 1350.0, "finished_at": 1450.0,
-                "process_started_at": 1338.0},  # listed first (as the files sort), shown in the order they ran
-               {"stage": "train", "seconds": 300.0, "started_at": 1000.0, "finished_at": 1300.0,
-                "process_started_at": 990.0}]  # the first stage's imports: counted, as every later stage's
-    rows = [[cell.strip() for cell in line.split("|")[1:5]] for line in time_table(timings)[2:]]
-    assert rows == [["train", "300.0", "5.00", "65%"], ["evaluate", "100.0", "1.67", "22%"],
-                    ["*before and between the stages*", "60.0", "1.00", "13%"],
-                    ["&nbsp;&nbsp;*of which the stage processes' start (Python, imports, checks)*", "22.0", "0.37", "5%"],
-                    ["&nbsp;&nbsp;*of which DVC and the processes' exit*", "38.0", "0.63", "8%"],
-                    ["**first process start to last end**", "460.0", "7.67", "100%"]]
-
-
-def test_a_runs_phase_split_is_a_mean_over_the_seeds_that_recorded_it():
-    from cory.report.markdown import phase_split
-
-    run = Run("g/r", {}, {}, [], {0: 10.0, 1: 12.0})
-    assert phase_split(run) == "-"  # written before phases were recorded
-    run.phase_seconds = {0: {"iterations": 6.0, "probes": 1.0, "samples": 1.0, "checkpoints": 1.0, "setup": 1.0},
-                         1: {"iterations": 8.0, "checkpoints": 3.0, "logging": 0.5, "save": 0.5}}
-    assert phase_split(run) == "7.0 / 1.0 / 2.0 / 1.0"
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The claims the paper's IMDB result is about (CORY.md §7), several IMDB groups, untested profiles, reruns
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def test_collapse_rates_and_the_calibration_target(tmp_path):
-    write_fixture(tmp_path, cory_kl={0: 5.0, 1: 5.0, 2: 9.5})  # PPO ends at KL 14.7-15.3, CORY at 4.9-9.8
-    claim = claims_by_key(tmp_path, collapse_kl=10.0)["imdb_collapse"]
-    assert claim.verdict == HELD  # 3 of 3 against 0 of 3: the exact interval clears 0
-    assert [r.interval.estimate for r in claim.results] == [1.0, 1.0]
-    assert all(isinstance(e, RateDifference) and r.method == "exact" for e, r in zip(claim.effects, claim.results))
-    assert claim.notes[0].startswith("PPO collapsed on 3 of 3 seeds (rate 1.00; 95% Clopper-Pearson interval [0.29,")
-    assert claim.notes[1].startswith("CORY-LLM1 collapsed on 0 of 3 seeds")
-    assert claim.notes[3].startswith("Calibration target (PPO's final KL >= 10 on every seed, ") and ": met;" in \
-        claim.notes[3]
-    assert "exceeds 10 (report.collapse_kl)" in claim.rule
-    # CORY's seed 2 (KL 9.8) collapses at a limit of 9: 3 of 3 against 1 of 3 does not clear 0
-    claim = claims_by_key(tmp_path, collapse_kl=9.0)["imdb_collapse"]
-    assert claim.notes[1].startswith("CORY-LLM1 collapsed on 1 of 3 seeds (rate 0.33; 95% Clopper-Pearson interval "
-                                     "[0.01, 0.91])")
-    assert claim.verdict == INCONCLUSIVE and claim.results[0].interval.low < 0 < claim.results[0].interval.high
-    assert claim.results[0].seeds_needed > 3
-    # no PPO seed collapses at 16, nor CORY's, and PPO is short of a calibration target of 16: nothing is decided
-    claim = claims_by_key(tmp_path, collapse_kl=16.0, calibration_kl=16.0)["imdb_collapse"]
-    assert claim.verdict == INCONCLUSIVE and ": not met;" in claim.notes[3] and claim.seeds_needed == math.inf
-    write_fixture(tmp_path / "high", cory_kl=20.0)  # CORY at KL ~20, PPO at ~15: only CORY collapses above 17
-    assert claims_by_key(tmp_path / "high", collapse_kl=17.0)["imdb_collapse"].verdict == NOT_HELD
-
-
-def test_combined_reward_falls_less_for_cory_as_the_paper_reads_it():
-    t = np.arange(100, dtype=float)
-
-    def combined(end: float, seed: int) -> np.ndarray:  # +0.45 for 10 iterations, then linearly to `end`
-        return np.where(t < 10, 0.45, 0.45 + (end - 0.45) * (t - 10) / 89) + 0.01 * seed
-
-    ppo = run_of({s: {"llm1/combined_reward": combined(-8.7, s)} for s in range(3)}, {"ppo": {"init_kl_coef": 0.3}},
-                 "imdb/ppo")
-    cory = run_of({s: {"llm1/combined_reward": combined(-1.1, s), "llm2/combined_reward": combined(-1.3, s)}
-                   for s in range(3)}, {"ppo": {"init_kl_coef": 0.3}}, "imdb/cory")
-    claim = combined_fall_claim(ppo, cory, None, Context(ReportConfig()))
-    # the last 10 iterations' mean lies (0.45 - end) x 84.5 / 89 below the start (the first 10 iterations' mean)
-    assert claim.means()["PPO fall (start - final)"] == pytest.approx((0.45 + 8.7) * 84.5 / 89)
-    factor = (8.7 + 0.45) / (1.1 + 0.45)  # 5.9, as the paper's end points give it
-    assert claim.results[0].interval.estimate == pytest.approx(factor, rel=1e-6)
-    assert claim.verdict == HELD and claim.paper_values["PPO's fall / CORY-LLM1's fall"].value == 5.9
-    assert "mean fall of PPO / mean fall of CORY-LLMx > 2" in claim.rule
-    text = "\n".join(claim_markdown(1, claim))
-    assert "| PPO final combined reward |" in text and "| -8.7 |" in text and "PPO-GPT-2-l at iteration ~100" in text
-
-
-def test_each_imdb_group_gets_its_own_claims(tmp_path):
-    write_fixture(tmp_path)
-    runs = ("ppo", "cory", "cory_no_kt")
-    copy_imdb_group(tmp_path, "imdb_smollm2", runs)
-    claims = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}},
-                           imdb_groups=("imdb", "imdb_smollm2"))
-    assert claims["imdb_smollm2/imdb_kl_ratio"].paper.startswith("SmolLM2-135M: PPO's final KL")
-    assert claims["imdb_kl_ratio"].paper.startswith("imdb_small (30M, from scratch): PPO's final KL")
-    assert claims["imdb_smollm2/imdb_kl_ratio"].verdict == claims["imdb_kl_ratio"].verdict == HELD  # the same runs
-    assert claims["imdb_smollm2/imdb_kl_ratio"].figure == "fig3_imdb_smollm2.png"  # its own Fig. 3
-    assert claims["imdb_kl_ratio"].figure == "fig3_imdb.png" and claims["imdb_smollm2/no_kt_kl"].figure == ""
-    smollm2 = {key.split("/", 1)[1] for key in claims if key.startswith("imdb_smollm2/")}
-    assert smollm2 == {"imdb_similar_reward", "imdb_kl_ratio", "imdb_llms_coincide", "imdb_combined_reward",
-                       "imdb_combined_fall", "imdb_collapse", "no_kt_kl", "no_kt_unstable"}  # no PPO-2x, REx, coop
-    assert list(claims).index("imdb_smollm2/imdb_collapse") < list(claims).index("math_ppo_peak")
-    alone = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}}, imdb_groups=("imdb_smollm2",))
-    assert "imdb_kl_ratio" not in alone and "coop_kl" not in alone and "imdb_smollm2/no_kt_kl" in alone
-    assert claims_by_key(tmp_path)["imdb_kl_ratio"].paper == "PPO's final KL is more than 2x CORY's (Fig. 3b)."
-    from cory.report.figures import draw_figures
-
-    inputs = load_fixture(tmp_path, None, ("imdb", "imdb_smollm2"), extra_imdb={"imdb_smollm2": runs})
-    figures = draw_figures(inputs, ReportConfig(imdb_groups=("imdb", "imdb_smollm2")))
-    assert "fig3_imdb_smollm2" in figures and "SmolLM2-135M" in figures["fig3_imdb_smollm2"].caption
-
-
-def test_a_profile_that_tests_no_claim_shows_numbers_without_verdicts(tmp_path):
-    outputs, reports = tmp_path / "outputs", tmp_path / "reports" / "fixture"
-    write_fixture(outputs, seeds=(0,), iterations=4)
-    cfg = ReportConfig(test_claims=False)
-    _, claims = write_report(outputs, reports, cfg, experiments_of(fixture_experiments(seeds=(0,))), None, "fixture")
-    assert {c.verdict for c in claims} == {NOT_TESTED}
-    report = (reports / "REPORT.md").read_text()
-    assert "**This profile tests no claim** (params `report.test_claims: false`)" in report
-    assert report.count("- **Verdict: not tested**: this profile tests no claim") == len(claims)
-    for word in (HELD, NOT_HELD, INCONCLUSIVE):  # the verdict rule names them; no claim gets one
-        assert f"| **{word}** |" not in report and f"| {word} |" not in report and f"Verdict: {word}" not in report
-    assert "| PPO final KL |" in report and "(1 seed)" in report  # the numbers are still there
-    summary = json.loads((reports / "claims.json").read_text())
-    assert {e["verdict"] for entry in summary.values() for e in entry["effects"]} == {NOT_TESTED}
-    assert {entry["verdict"] for entry in summary.values()} == {NOT_TESTED}
-
-
-def test_a_rerun_is_compared_claim_by_claim(tmp_path):
-    outputs, root = tmp_path / "outputs", tmp_path / "repo"
-    reports = root / "reports" / "fixture"
-    write_fixture(outputs, cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
-    experiments = experiments_of(fixture_experiments())
-    _, claims = write_report(outputs, reports, ReportConfig(rerun=None), experiments, None, "fixture")
-    assert "## Rerun" not in (reports / "REPORT.md").read_text()  # null: no comparison
-    ours = summary_json(claims)
-    theirs = json.loads(json.dumps(ours))
-    theirs["imdb_kl_ratio"]["verdict"] = HELD  # as if the rerun's seeds had cleared 2
-    for effect in theirs["imdb_kl_ratio"]["effects"]:
-        effect["verdict"] = effect["measured_verdict"] = HELD
-        effect["interval"] = [2.1, 3.0]
-    theirs["old_claim"] = {"verdict": "mixed", "means": {}}  # a claim the rerun had and this run has not
-    (reports / "rerun").mkdir(parents=True)
-    (reports / "rerun" / "claims.json").write_text(json.dumps(theirs))
-    write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")
-    report = (reports / "REPORT.md").read_text()
-    assert (f"This run's verdicts against those of reports/fixture/rerun/claims.json: {len(ours) - 1} of "
-            f"{len(ours) + 1} claims agree.") in report
-    row = next(line for line in report.splitlines() if line.startswith("| `imdb_kl_ratio` |"))
-    assert row.startswith("| `imdb_kl_ratio` | inconclusive | held | **no** | "
-                          "mean final KL of PPO / CORY-LLM1: 2.214 [1.464, 3.044];")
-    assert "mean final KL of PPO / CORY-LLM1: inconclusive here, held there (threshold > 2)" in row
-    assert "[2.1, 3]" in row
-    rows = {r[0]: r for r in rerun_rows(ours, theirs)}
-    assert rows["`old_claim`"][1:4] == ["-", "mixed", "**no**"] and rows["`old_claim`"][-1] == "only in the rerun"
-    assert rows["`passk`"][3] == "yes" and rows["`passk`"][-1] == ""
-    old = rerun_rows(ours, {"imdb_kl_ratio": {"verdict": "mixed", "means": {}}})
-    assert "an older report" in {r[0]: r for r in old}["`imdb_kl_ratio`"][-1]

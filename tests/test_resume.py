@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
+from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, SpeedConfig, TrainConfig
 from cory.runs.config import Job, TaskConfig
 from cory.runs.run import run_training
 from cory.rl.trainer import Trainer
@@ -51,7 +51,7 @@ def task(tmp_path_factory) -> TaskConfig:
 def job(task: TaskConfig, where, n_agents: int, bf16_weights: bool = False) -> Job:
     ppo = PPOConfig(learning_rate=3e-3, batch_size=8, mini_batch_size=4, init_kl_coef=0.05, use_score_scaling=True,
                     use_score_norm=True, generation=GenerationConfig(response_length=(3, 6), repetition_penalty=1.0),
-                    bf16_weights=bf16_weights)
+                    speed=SpeedConfig(bf16_weights=bf16_weights))
     train = TrainConfig(iterations=ITERATIONS, samples_to_log=2, ppo=ppo,
                         cory=CORYConfig(n_agents=n_agents, role_exchange_period=2))
     return Job("g", "r", 0, train, task, task.model, str(where / "run"), True, str(where / "ckpt"), fingerprint="f1")
@@ -65,7 +65,7 @@ def history(run_dir) -> list[dict]:
 
 @pytest.mark.parametrize("n_agents, bf16_weights", [(1, False), (2, False), (2, True)])
 def test_a_killed_run_resumes_to_the_uninterrupted_history(task, tmp_path, monkeypatch, n_agents, bf16_weights):
-    """With ppo.bf16_weights too: the checkpoint holds the fp32 weights, and the bf16 copy is made from them again."""
+    """With ppo.speed.bf16_weights too: the checkpoint holds the fp32 weights, and the bf16 copy is made from them again."""
     torch.set_num_threads(1)
     whole = job(task, tmp_path / "whole", n_agents, bf16_weights)
     phases = run_training(whole, "cpu", checkpoint_every=2)["phase_seconds"]

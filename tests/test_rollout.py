@@ -159,7 +159,7 @@ def test_rl_on_a_gpu_turns_cudnn_attention_off_and_on_cpu_leaves_it(monkeypatch)
 
 
 def test_an_aligned_lm_head_gives_the_same_logits_and_gradients_and_keeps_the_weights():
-    """ppo.align_head: the output layer runs on its weight padded to 64 rows; logits, gradients, the tied weight and
+    """ppo.speed.align_head: the output layer runs on its weight padded to 64 rows; logits, gradients, the tied weight and
     the state dict are those of the plain layer."""
     import copy
 

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 from cory.rl.agents import Agent, frozen_reference
 from cory.rl.lora import AdaptersDisabled, lora_config
 from cory.rl.checkpoint import load_checkpoint, save_checkpoint
-from cory.rl.config import PPOConfig, TrainConfig
+from cory.rl.config import PPOConfig, SpeedConfig, TrainConfig
 from cory.schema import ConfigError
 from cory.rl.learner import make_experience, ppo_update
 from cory.rl.rollout import forward_response, generate
@@ -374,8 +374,8 @@ def test_a_killed_lora_cory_run_resumes_to_the_uninterrupted_history(task, tmp_p
 
 
 def test_compile_is_for_full_fine_tuning():
-    with pytest.raises(ConfigError, match=r"^train\.ppo\.compile: compiles full fine-tuning only"):
-        TrainConfig(lora_rank=16, ppo=PPOConfig(compile=True))
+    with pytest.raises(ConfigError, match=r"^train\.ppo\.speed\.compile: compiles full fine-tuning only"):
+        TrainConfig(lora_rank=16, ppo=PPOConfig(speed=SpeedConfig(compile=True)))
 
 
 def test_the_compiled_decoding_step_follows_the_active_adapter():

@@ -210,7 +210,7 @@ def test_overlay_replaces_exactly_the_paper_profiles_model_sources():
 
 def test_build_script_writes_the_overlay_and_a_profile_differing_from_paper_just_there(tmp_path, monkeypatch, tiny):
     from pipeline.profile import render
-    from scripts import build_standins
+    from tools import build_standins
 
     profiles = tmp_path / "profiles"
     profiles.mkdir()

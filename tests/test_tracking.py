@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from cory.report.pipeline_run import headline_markdown, log_pipeline_run
-from cory.tracking.restore import read_history, sync_runs
 from cory.tracking.runs import SAMPLES_TABLE, FinishedRun, Tracker, log_finished, samples_table, start_run
 from cory.tracking.store import store_exists, warm_up
 from cory.tracking.tags import config_hash, flatten, main_module, run_identity
@@ -279,78 +277,8 @@ def test_source_commit_and_user_fill_the_columns_of_the_ui(store, tmp_path):
     assert client.get_run(default.run_id).data.tags["mlflow.source.name"] == main_module()
 
 
-def write_run_folder(runs_dir: Path, key: str, config: dict, finished: bool = True, final: dict | None = None) -> Path:
-    folder = runs_dir / key
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "provenance.json").write_text(json.dumps(
-        {"git_commit": "c0ffee" * 6 + "c0ff", "model": "/somewhere/outputs/default/models/imdb_small"}))
-    (folder / "history.csv").write_text("iteration,llm1/kl,llm2/kl\n0,0.5,\n1,0.25,0.125\n")
-    (folder / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in SAMPLES))
-    if finished:
-        summary = {"final": final or {"llm1/kl": 0.25}, "seed": 0, "algorithm": "cory"}
-        (folder / "summary.json").write_text(json.dumps(summary))
-    return folder
-
-
-def test_read_history_takes_iteration_as_the_step_and_skips_empty_cells(tmp_path):
-    folder = write_run_folder(tmp_path, "g/r/seed0", {})
-    assert read_history(folder / "history.csv") == [
-        (0, {"iteration": 0.0, "llm1/kl": 0.5}),
-        (1, {"iteration": 1.0, "llm1/kl": 0.25, "llm2/kl": 0.125}),
-    ]
-
-
-def test_sync_runs_logs_a_restored_run_once(store, tmp_path, capsys):
-    runs_dir = tmp_path / "runs"
-    write_run_folder(runs_dir, "imdb/cory/seed0", CONFIG)
-    write_run_folder(runs_dir, "imdb/cory/seed1", CONFIG, finished=False)  # killed mid-run: not a result
-    assert sync_runs(runs_dir, "sync", {"imdb": "imdb"}) == ["imdb/cory/seed0"]
-    assert sync_runs(runs_dir, "sync", {"imdb": "imdb"}) == []
-    assert warnings_in(capsys) == []
-
-    (run,) = runs_of(store, "sync")
-    tags = run.data.tags
-    assert run.info.status == "FINISHED" and run.info.run_name == "imdb/cory/seed0"
-    assert tags["restored_from"] == "dvc" and tags["run_key"] == "sync/imdb/cory/seed0"
-    assert tags["config_hash"] == config_hash(CONFIG) and tags["dvc_stage"] == "train"
-    assert tags["group"] == "imdb" and tags["run"] == "cory" and tags["seed"] == "0" and tags["algorithm"] == "cory"
-    assert tags["git_commit"] == tags["mlflow.source.git.commit"] == "c0ffee" * 6 + "c0ff"
-    assert tags["mlflow.source.name"] == "pipeline.train"
-    assert tags["task"] == "imdb" and tags["model"] == "imdb_small"
-    assert run.data.params == {**flatten(CONFIG), "group": "imdb", "run": "cory", "task": "imdb", "model": "imdb_small"}
-    client = MlflowClient(tracking_uri=store)
-    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "llm1/kl")] == [(0, 0.5), (1, 0.25)]
-    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "llm2/kl")] == [(1, 0.125)]
-    assert read_table(client, run.info.run_id) == samples_table(SAMPLES, iterations=2)
-
-
-def test_sync_runs_keeps_a_trained_run_and_replaces_one_of_another_config(store, tmp_path):
-    runs_dir = tmp_path / "runs"
-    with start_run("train", CONFIG, profile="resync", outputs=tmp_path, key="math/ppo/seed0",
-                   identity=run_identity("math/ppo/seed0", "math")) as trained:
-        pass
-    write_run_folder(runs_dir, "math/ppo/seed0", CONFIG)
-    assert sync_runs(runs_dir, "resync") == []  # trained here: already listed (its identity is not in config_hash)
-
-    (runs_dir / "math/ppo/seed0/config.json").write_text(json.dumps({**CONFIG, "seed": 4}))  # e.g. `dvc checkout`
-    assert sync_runs(runs_dir, "resync") == ["math/ppo/seed0"]
-    old, restored = runs_of(store, "resync")
-    assert old.info.run_id == trained.run_id and old.data.tags["superseded_by"] == restored.info.run_id
-    assert restored.data.tags["config_hash"] == config_hash({**CONFIG, "seed": 4})
-
-
-def test_sync_runs_with_an_unusable_store_warns_once(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
-    write_run_folder(tmp_path, "imdb/ppo/seed0", CONFIG)
-    write_run_folder(tmp_path, "imdb/ppo/seed1", CONFIG)
-    assert sync_runs(tmp_path, "test") == []
-    (warning,) = warnings_in(capsys)
-    assert "sync_runs failed" in warning
-
-
 # --------------------------------------------------------------------------------------------------------------------
-# Comparing runs in the UI: names, identity params, the samples table, the parent run of a `dvc repro`
+# Comparing runs in the UI: names, identity params, the samples table
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -398,139 +326,6 @@ def test_a_training_run_shows_its_identity_as_params_and_its_samples_as_a_table(
     assert run.data.tags["config_hash"] == config_hash(CONFIG)  # the identity is not config: config.json matches
     assert [a.path for a in client.list_artifacts(run.info.run_id)] == [SAMPLES_TABLE]
     assert read_table(client, run.info.run_id) == samples_table(SAMPLES, iterations=2)
-
-
-def run_of(name: str, seeds: dict[int, dict[str, list[float]]]):
-    """A Run of the report's inputs: each seed's history as columns."""
-    import pandas as pd
-
-    from cory.report.results import Run
-
-    return Run(name, {seed: pd.DataFrame(columns) for seed, columns in seeds.items()}, {}, [], {})
-
-
-def test_the_parent_runs_finals_are_headline_jsons_means_over_seeds():
-    """The MLflow parent run shows each run's final values as headline.json defines them (report.last_n), sweeps
-    included, under names that keep a run's own dot (pareto's cory_eta0.01)."""
-    from cory.report.dvc_views import run_finals
-    from cory.report.results import Inputs, Sweep
-
-    ppo = run_of("imdb/ppo", {0: {"llm1/task_reward": [9.0, 1.0], "llm1/kl": [9.0, 4.0], "llm1/entropy": [9.0, 9.0]},
-                              1: {"llm1/task_reward": [9.0, 2.0], "llm1/kl": [9.0, 6.0]}})
-    cory = run_of("imdb/cory", {0: {"llm1/task_reward": [0.5], "llm1/kl": [1.0], "llm2/task_reward": [0.25],
-                                    "llm2/kl": [2.0]}})
-    swept = run_of("pareto/cory_eta0.01", {0: {"llm1/task_reward": [3.0, 1.0], "llm1/kl": [3.0, 4.0]}})
-    inputs = Inputs({"imdb": {"ppo": ppo, "cory": cory}}, {"imdb": Sweep("pareto", {"ppo": {}, "cory": {0.01: swept}})},
-                    {}, {}, {}, {})
-    assert run_finals(inputs, last_n=1) == {
-        "headline/imdb.cory.llm1.kl": 1.0, "headline/imdb.cory.llm1.task_reward": 0.5,
-        "headline/imdb.cory.llm2.kl": 2.0, "headline/imdb.cory.llm2.task_reward": 0.25,
-        "headline/imdb.ppo.llm1.kl": 5.0, "headline/imdb.ppo.llm1.task_reward": 1.5,
-        "headline/pareto.cory_eta0.01.llm1.kl": 4.0, "headline/pareto.cory_eta0.01.llm1.task_reward": 1.0,
-    }
-    assert run_finals(inputs, last_n=2)["headline/imdb.ppo.llm1.kl"] == 7.0
-
-
-def test_headline_markdown_tables():
-    metrics = {"headline/imdb.cory.llm1.kl": 1.0, "headline/imdb.cory.llm1.task_reward": 0.5,
-               "headline/imdb.cory.llm2.kl": 2.0, "headline/imdb.cory.llm2.task_reward": 0.25,
-               "headline/imdb.ppo.llm1.kl": 5.0, "headline/imdb.ppo.llm1.task_reward": 1.5}
-    passk = {"base": {"mean": {"16": 0.5, "1": 0.25}}, "ppo": {"mean": {"1": 0.375, "16": 0.625}}}
-    assert headline_markdown(metrics, passk, {"imdb_kl_ratio": "held"}).splitlines() == [
-        "Final values (mean over the last iterations, then over seeds). The runs this pipeline is made of are nested "
-        "under this run: expand it (+) in the run list.",
-        "",
-        "| run | LLM1 task reward | LLM1 KL | LLM2 task reward | LLM2 KL |",
-        "|---|---|---|---|---|",
-        "| imdb/cory | 0.5 | 1 | 0.25 | 2 |",
-        "| imdb/ppo | 1.5 | 5 |   |   |",  # an empty cell, as in REPORT.md's tables
-        "",
-        "| model | pass@1 | pass@16 |",
-        "|---|---|---|",
-        "| base | 0.25 | 0.5 |",
-        "| ppo | 0.375 | 0.625 |",
-        "",
-        "| claim | verdict |",
-        "|---|---|",
-        "| imdb_kl_ratio | held |",
-    ]
-
-
-def test_an_experiments_parent_run_is_named_by_what_it_changed():
-    """`dvc exp run -S train.ppo.learning_rate=2e-5` logs a parent run its baseline's name does not share."""
-    from cory.report.pipeline_run import run_name
-    from pipeline.profile import changed_settings, render
-
-    params = render("default")
-    assert changed_settings(params) == {} and run_name("default", "0123456789abcdef", {}) == "default 0123456789ab"
-    params["train"]["ppo"]["learning_rate"] = 2e-5
-    changed = changed_settings(params)
-    assert changed == {"train.ppo.learning_rate": 2e-5}
-    assert run_name("default", "0123456789abcdef", changed) == "default 0123456789ab train.ppo.learning_rate=2e-05"
-
-
-def test_an_experiment_is_created_as_a_model_training_one(store):
-    """MLflow 3 opens an experiment of kind custom_model_development on its runs table, not on GenAI traces."""
-    from mlflow.tracking import MlflowClient
-
-    from cory.tracking.store import experiment_of
-
-    client = MlflowClient(tracking_uri=store)
-    experiment = client.get_experiment(experiment_of(client, "kind"))
-    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-
-
-def test_headline_markdown_keeps_the_dot_in_a_runs_name():
-    """pareto's runs are named cory_eta0.01: the description said "pareto/cory_eta0/01" (seen in the UI)."""
-    metrics = {"headline/pareto.cory_eta0.01.llm1.kl": 4.0, "headline/pareto.cory_eta0.01.llm1.task_reward": 1.0}
-    assert "| pareto/cory_eta0.01 | 1 | 4 |   |   |" in headline_markdown(metrics, {}, {}).splitlines()
-
-
-def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested(store, monkeypatch, tmp_path):
-    monkeypatch.setenv("CORY_PIPELINE_RUN", "repro-7")
-    runs_dir, reports = tmp_path / "runs", tmp_path / "reports"
-    for key in ("imdb/ppo/seed0", "imdb/ppo/seed1"):
-        write_run_folder(runs_dir, key, CONFIG)
-    reports.mkdir()
-    (reports / "REPORT.md").write_text("# report\n")
-    (reports / "claims.json").write_text(json.dumps({"imdb_kl_ratio": {"verdict": "held", "means": {}}}))
-    finals = {"headline/imdb.ppo.llm1.task_reward": 1.5, "headline/imdb.ppo.llm1.kl": 5.0}  # run_finals' of the runs
-    passk, verdicts = {"ppo": {"mean": {"1": 0.5, "2": 0.75}}}, {"imdb_kl_ratio": "held"}
-
-    def run(stage, name=None, key=None):
-        with start_run(stage, CONFIG, run_name=name, profile="parent", outputs=tmp_path, key=key) as tracker:
-            pass
-        return tracker.run_id
-
-    superseded = run("train", "imdb/ppo/seed0", "imdb/ppo/seed0")
-    trained = [run("train", "imdb/ppo/seed0", "imdb/ppo/seed0"), run("train", "imdb/ppo/seed1", "imdb/ppo/seed1")]
-    removed = run("train", "imdb/old/seed0", "imdb/old/seed0")  # its folder is gone: not a run of this report
-    old_eval, new_eval, model = run("evaluate"), run("evaluate"), run("base_model@math")
-    previous = log_pipeline_run("parent", finals, passk, verdicts, runs_dir, reports)
-    parent_id = log_pipeline_run("parent", finals, passk, verdicts, runs_dir, reports)
-
-    client = MlflowClient(tracking_uri=store)
-    parent = client.get_run(parent_id)
-    assert parent.info.run_name == "parent repro-7" and parent.info.status == "FINISHED"
-    assert parent.data.tags["run_key"] == "parent/pipeline" and parent.data.tags["pipeline_run"] == "repro-7"
-    assert client.get_run(previous).data.tags["superseded_by"] == parent_id
-    assert parent.data.metrics == {"headline/imdb.ppo.llm1.task_reward": 1.5, "headline/imdb.ppo.llm1.kl": 5.0,
-                                   "headline/pass_at_1.ppo": 0.5, "headline/pass_at_2.ppo": 0.75}
-    assert parent.data.tags["claim.imdb_kl_ratio"] == "held"
-    assert "| imdb/ppo | 1.5 | 5 |   |   |" in parent.data.tags["mlflow.note.content"]
-    assert sorted(a.path for a in client.list_artifacts(parent_id, "report")) == ["report/REPORT.md",
-                                                                                  "report/claims.json"]
-    nested = {r.info.run_id for r in runs_of(store, "parent") if r.data.tags.get("mlflow.parentRunId") == parent_id}
-    assert nested == {*trained, new_eval, model}
-    assert not {superseded, removed, old_eval} & nested
-
-
-def test_a_parent_run_with_an_unusable_store_warns_once(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
-    write_run_folder(tmp_path / "runs", "imdb/ppo/seed0", CONFIG)
-    assert log_pipeline_run("test", {}, {}, {}, tmp_path / "runs", tmp_path / "reports") is None
-    (warning,) = warnings_in(capsys)
-    assert warning.startswith("WARNING: MLflow unavailable")
 
 
 def test_a_finished_run_is_logged_as_its_work_went_live_with_its_times_metrics_and_artifacts(store, tmp_path):
@@ -590,3 +385,27 @@ def test_a_warm_up_in_a_thread_opens_the_store_and_the_next_client_waits_for_it(
     assert opened == ["mlflow-warm-up"]  # the log waited for the thread, which had opened the store
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'warm.db'}")
     assert len(client.search_runs([client.get_experiment_by_name("cory-warm").experiment_id])) == 1
+def test_an_experiments_parent_run_is_named_by_what_it_changed():
+    """`dvc exp run -S train.ppo.learning_rate=2e-5` logs a parent run its baseline's name does not share."""
+    from cory.report.pipeline_run import run_name
+    from pipeline.profile import changed_settings, render
+
+    params = render("default")
+    assert changed_settings(params) == {} and run_name("default", "0123456789abcdef", {}) == "default 0123456789ab"
+    params["train"]["ppo"]["learning_rate"] = 2e-5
+    changed = changed_settings(params)
+    assert changed == {"train.ppo.learning_rate": 2e-5}
+    assert run_name("default", "0123456789abcdef", changed) == "default 0123456789ab train.ppo.learning_rate=2e-05"
+
+
+def test_an_experiment_is_created_as_a_model_training_one(store):
+    """MLflow 3 opens an experiment of kind custom_model_development on its runs table, not on GenAI traces."""
+    from mlflow.tracking import MlflowClient
+
+    from cory.tracking.store import experiment_of
+
+    client = MlflowClient(tracking_uri=store)
+    experiment = client.get_experiment(experiment_of(client, "kind"))
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+

@@ -164,8 +164,8 @@ def test_a_daemon_that_a_killed_stage_left_is_quit_before_a_new_one_starts(tmp_p
 
 
 def test_the_first_wave_of_runs_is_at_most_half_compiled_runs_and_the_rest_longest_first():
-    """The default profile's runs on 12 slots: its math runs (ppo.compile) are among the longest, but at most 6 of
-    them start at once, the costliest; the longest uncompiled runs fill the other slots, and the rest go longest
+    """The default profile's runs on 12 slots: its math runs (ppo.speed.compile) are among the longest, but at most 6
+    of them start at once, the costliest; the longest uncompiled runs fill the other slots, and the rest go longest
     first."""
     import yaml
 
@@ -177,19 +177,23 @@ def test_the_first_wave_of_runs_is_at_most_half_compiled_runs_and_the_rest_longe
     tree = validate(default)
     jobs = [job for group, exp in tree.experiments.items()
             for job in expand_jobs(group, exp, tree.tasks[exp.task], default["train"], tree.seeds, ROOT / "runs")]
+
+    def compiles(job):
+        return bool(job.train.ppo.speed.compile)
+
     order = train.start_order(jobs, slots=12)
     assert sorted(job.name for job in order) == sorted(job.name for job in jobs)
     first, later = order[:12], order[12:]
-    compiled = [job for job in first if job.train.ppo.compile]
-    assert len(compiled) == 6 and sum(bool(job.train.ppo.compile) for job in jobs) > 6
-    assert min(map(train.cost, compiled)) >= max(train.cost(job) for job in later if job.train.ppo.compile)
-    uncompiled_later = [train.cost(job) for job in later if not job.train.ppo.compile]
-    assert min(train.cost(job) for job in first if not job.train.ppo.compile) >= max(uncompiled_later)
+    compiled = [job for job in first if compiles(job)]
+    assert len(compiled) == 6 and sum(map(compiles, jobs)) > 6
+    assert min(map(train.cost, compiled)) >= max(train.cost(job) for job in later if compiles(job))
+    uncompiled_later = [train.cost(job) for job in later if not compiles(job)]
+    assert min(train.cost(job) for job in first if not compiles(job)) >= max(uncompiled_later)
     assert [train.cost(job) for job in later] == sorted(map(train.cost, later), reverse=True)
     # with slots for half the runs or more, or without compiled runs, the order is plain longest first
     longest_first = sorted(map(train.cost, jobs), reverse=True)
     assert [train.cost(job) for job in train.start_order(jobs, slots=len(jobs) // 2)] == longest_first
-    plain = [job for job in jobs if not job.train.ppo.compile]
+    plain = [job for job in jobs if not compiles(job)]
     assert [train.cost(job) for job in train.start_order(plain, 12)] == sorted(map(train.cost, plain), reverse=True)
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cory.rl import ppo
-from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, TrainConfig
+from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, SpeedConfig, TrainConfig
 from cory.rl.learner import NonFiniteError, make_experience, ppo_update
 from cory.rl.roles import Roles, collective_reward, exchange_due, observer_prompts
 from cory.rl.trainer import Trainer
@@ -313,7 +313,7 @@ def test_on_nonfinite_skip_drops_the_nan_samples_and_keeps_learning(samples_per_
 
 
 def test_compiled_forward_passes_give_the_eager_experience_and_update():
-    """ppo.compile (true: the whole forward pass; "regional": each transformer block): the experience and the update
+    """ppo.speed.compile (true: the whole forward pass; "regional": each transformer block): the experience and the update
     run through torch.compile'd callables of the policy and the reference that share their weights: the same
     log-probs, values and updated weights as eager, up to rounding."""
     from cory.rl.agents import build_agents
@@ -321,7 +321,7 @@ def test_compiled_forward_passes_give_the_eager_experience_and_update():
     results = []
     for compile in (False, True, "regional"):
         torch.manual_seed(0)
-        cfg = TrainConfig(seed=0, ppo=PPOConfig(batch_size=4, mini_batch_size=2, dropout="none", compile=compile),
+        cfg = TrainConfig(seed=0, ppo=PPOConfig(batch_size=4, mini_batch_size=2, dropout="none", speed=SpeedConfig(compile=compile)),
                           cory=CORYConfig(n_agents=1))
         (agent,), reference = build_agents(cfg, tiny_lm())
         assert (agent.forward_lm is agent.lm) != bool(compile)
@@ -338,14 +338,14 @@ def test_compiled_forward_passes_give_the_eager_experience_and_update():
 
 
 def test_an_aligned_lm_head_trains_as_the_plain_one():
-    """ppo.align_head changes how the output matmul runs, not what it computes: the same samples and metrics."""
+    """ppo.speed.align_head changes how the output matmul runs, not what it computes: the same samples and metrics."""
     from dataclasses import replace
 
     histories = []
     for align in (False, True):
         torch.manual_seed(0)
         cfg = config(n_agents=2, dropout="none")
-        trainer = Trainer(replace(cfg, ppo=replace(cfg.ppo, align_head=align)), tiny_lm(), tiny_tokenizer(),
+        trainer = Trainer(replace(cfg, ppo=replace(cfg.ppo, speed=replace(cfg.ppo.speed, align_head=align))), tiny_lm(), tiny_tokenizer(),
                           good_word_reward)
         assert all(type(a.lm.lm_head).__name__ == ("AlignedLMHead" if align else "Linear") for a in trainer.agents)
         histories.append([trainer.step(QUERIES) for _ in range(3)])

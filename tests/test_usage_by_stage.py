@@ -1,4 +1,4 @@
-"""scripts/usage_by_stage.py: the usage sampler's readings summed up stage by stage, from a device run's files."""
+"""benchmark/usage_by_stage.py: the usage sampler's readings summed up stage by stage, from a device run's files."""
 
 import json
 import subprocess
@@ -19,7 +19,7 @@ def test_readings_are_split_into_the_stages_and_the_time_before_each(tmp_path):
     (timing / "train.json").write_text(json.dumps({"stage": "train", "started_at": 110.0, "finished_at": 130.0}))
     (timing / "old.json").write_text(json.dumps({"stage": "old", "seconds": 3.0}))  # no clock times: skipped
     (timing / "report.json").write_text(json.dumps({"stage": "report", "started_at": 500.0, "finished_at": 505.0}))
-    out = subprocess.run([sys.executable, "-m", "scripts.usage_by_stage", str(usage), str(timing), "--every", "10"],
+    out = subprocess.run([sys.executable, "-m", "benchmark.usage_by_stage", str(usage), str(timing), "--every", "10"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
     before = next(text for text in out.splitlines() if "before train" in text)
     train = next(text for text in out.splitlines() if text.strip().startswith("train "))

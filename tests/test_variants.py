@@ -1,11 +1,11 @@
-"""scripts.variants: the params file of side-by-side variant runs (the diagnostics of scripts/diagnostics.sh)."""
+"""tools.variants: the params file of side-by-side variant runs (the diagnostics of tools/diagnostics.sh)."""
 
 import pytest
 
 from cory.schema import ConfigError
 from cory.runs.config import ExperimentConfig, TaskConfig, expand_jobs
 from cory.schema import from_dict
-from scripts.variants import GROUP, write
+from tools.variants import GROUP, write
 
 
 def test_variant_runs_take_the_groups_task_and_settings_plus_their_overrides(tmp_path):

@@ -512,8 +512,9 @@ def samples_markdown(inputs: Inputs, cfg: ReportConfig) -> str:
 
 def glossary_markdown() -> str:
     """The glossary of cory.rl.metrics as a markdown document (the report stage writes it to METRICS.md)."""
-    lines = ["# Metrics glossary", "", "Generated from `cory/rl/metrics.py`; every key in `history.csv` and in MLflow is "
-             "defined here.", "", "## Prefixes", ""]
+    lines = ["# Metrics glossary", "",
+             "Generated from `cory/rl/metrics.py`; every key in `history.csv` and in MLflow is defined here.", "",
+             "## Prefixes", ""]
     lines += table(["prefix", "meaning"], [[f"`{p}/`", who] for p, who in {**IDENTITIES, **ROLES}.items()])
     lines += ["", "## Per-agent metrics", ""]
     lines += table(["key", "definition"],

@@ -34,8 +34,8 @@ def headline_markdown(metrics: dict[str, float], passk: dict[str, Any], verdicts
                                                  for llm, metric in columns)] for run in runs])
     ks = sorted({k for result in passk.values() for k in result["mean"]}, key=int)
     if passk:
-        lines += ["", *table(["model", *(f"pass@{k}" for k in ks)],
-                             [[model, *(_number(result["mean"].get(k)) for k in ks)] for model, result in passk.items()])]
+        rows = [[model, *(_number(result["mean"].get(k)) for k in ks)] for model, result in passk.items()]
+        lines += ["", *table(["model", *(f"pass@{k}" for k in ks)], rows)]
     if verdicts:
         lines += ["", *table(["claim", "verdict"], [[key, v] for key, v in verdicts.items()])]
     return "\n".join(lines) + "\n"

@@ -1,8 +1,9 @@
 """The reproduction report, reports/<profile>/: the paper's figures, REPORT.md, samples.md, METRICS.md, claims.json.
 
-`write_report` loads every run (cory.report.results), tests each claim of the paper (cory.report.claims), draws the figures
-(cory.report.figures) and writes the markdown (cory.report.markdown). Every number in the report is computed from
-the run files; every verdict comes from a written rule applied by `cory.report.claims.verdict`, never from hand-written text.
+`write_report` loads every run (cory.report.results), tests each claim of the paper (cory.report.claims), draws the
+figures (cory.report.figures) and writes the markdown (cory.report.markdown). Every number in the report is computed
+from the run files; every verdict comes from a written rule applied by `cory.report.claims.verdict`, never from
+hand-written text.
 """
 
 from __future__ import annotations

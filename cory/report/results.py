@@ -76,7 +76,7 @@ def check_report_inputs(jobs: dict[str, list], models: dict[str, str],
     than in the report.
 
     `jobs` is group -> its resolved cory.runs.config.Job list. Params without any of the report's groups (a side
-    experiment such as scripts/variants.py writes) are not checked: no report is made of them."""
+    experiment such as tools/variants.py writes) are not checked: no report is made of them."""
     if not any(group in jobs for group in EXPECTED_RUNS):
         return
     for group, names in EXPECTED_RUNS.items():

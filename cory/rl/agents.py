@@ -81,12 +81,12 @@ class Agent:
         if cfg.zero_init_value_head:
             nn.init.zeros_(self.value_head.summary.weight)
             nn.init.zeros_(self.value_head.summary.bias)
-        # The LM the passes run on: the LM itself, or its bf16 copy (ppo.bf16_weights), whose weights follow the
+        # The LM the passes run on: the LM itself, or its bf16 copy (ppo.speed.bf16_weights), whose weights follow the
         # fp32 ones the optimizer steps (collect_gradients, refresh_copy).
-        self.compute_lm = bf16_copy(lm) if cfg.bf16_weights else lm
-        # The callable of the experience's and update's forward passes: that LM, or compiled (ppo.compile; it
+        self.compute_lm = bf16_copy(lm) if cfg.speed.bf16_weights else lm
+        # The callable of the experience's and update's forward passes: that LM, or compiled (ppo.speed.compile; it
         # shares the LM's weights, and sampling keeps the LM's own forward).
-        self.forward_lm = compiled_forward(self.compute_lm, cfg.compile)
+        self.forward_lm = compiled_forward(self.compute_lm, cfg.speed.compile)
         self.reset_training_state()
 
     def activate(self) -> None:
@@ -133,7 +133,7 @@ class Agent:
         return self._pairs
 
     def collect_gradients(self) -> None:
-        """ppo.bf16_weights: add the bf16 copy's gradients of the last backward to the fp32 weights' (in fp32, so
+        """ppo.speed.bf16_weights: add the bf16 copy's gradients of the last backward to the fp32 weights' (in fp32, so
         that accumulated micro-batches sum there) and clear the copy's. A no-op without the copy."""
         if self.compute_lm is self.lm:
             return
@@ -152,7 +152,7 @@ class Agent:
 
     @torch.no_grad()
     def refresh_copy(self) -> None:
-        """ppo.bf16_weights: the fp32 weights (after an optimizer step or a checkpoint's load) onto the bf16 copy,
+        """ppo.speed.bf16_weights: the fp32 weights (after an optimizer step or a checkpoint's load) onto the bf16 copy,
         rounded to nearest. A no-op without the copy."""
         if self.compute_lm is not self.lm:
             weights, copies = self._copy_pairs()
@@ -196,9 +196,9 @@ def build_agents(cfg: TrainConfig, lm) -> tuple[list[Agent], object]:
     names = [f"llm{i + 1}" for i in range(cfg.cory.n_agents)]
     if cfg.lora_rank is None:
         reference = frozen_reference(lm)
-        if cfg.ppo.bf16_weights:
+        if cfg.ppo.speed.bf16_weights:
             reference.to(torch.bfloat16)
-        reference = compiled_forward(reference, cfg.ppo.compile)
+        reference = compiled_forward(reference, cfg.ppo.speed.compile)
         copies = [lm] + [copy.deepcopy(lm) for _ in names[1:]]
         return [Agent(n, c, cfg.ppo) for n, c in zip(names, copies)], reference
     shared = with_lora_adapters(lm, names, cfg.lora_rank, cfg.lora_alpha)

@@ -38,22 +38,17 @@ class GenerationConfig:
     eos_token_id=-1 does; suppress_eos instead never samples it)."""
     suppress_eos: bool = False
     """Never sample EOS, so every response has the drawn length. GPT-2 Large almost never ends a review within 16
-    tokens; a small model trained with EOS after every review does, and PPO then learns to end at once, since an
-    empty response carries the least summed KL penalty (seen on IMDB: length 1, entropy 0 by iteration 100)."""
+    tokens; a small model trained with EOS after every review does, and PPO then learns to end at once (an empty
+    response carries the least summed KL penalty)."""
     cache: str = "dynamic"
-    """The key/value cache of `generate`: "dynamic" (transformers' default, grown token by token) or "static": one
-    preallocated cache per batch size and length (rounded up to 64 tokens, so a few shapes recur) that the model keeps
-    between iterations; on a GPU transformers then compiles the decoding step (torch.compile "reduce-overhead", CUDA
-    graphs), which pays where a small model's generation is bound by kernel launches (docs/speed.md). Samples the
-    same tokens as "dynamic" up to float rounding (tests/test_rollout.py). "graph": a static cache too, and the whole
-    decoding step (processors, draw, stop bookkeeping and forward pass) as one compiled step, on a GPU one CUDA graph
-    replay per token (cory.rl.decoding); samples the same tokens as "dynamic" (the same float rounding caveat on a GPU)."""
+    """The key/value cache of `generate`: "dynamic" (transformers' default, grown token by token); "static", one
+    preallocated cache per batch size and length that the model keeps, whose decoding step transformers compiles on a
+    GPU; "graph", a static cache and the whole decoding step as one compiled step (cory.rl.decoding). All three sample
+    the same tokens, up to float rounding on a GPU (see docs/speed.md)."""
     cache_length: int = 0
-    """With cache "static" or "graph": the least length of a cache (prompt + response tokens; 0: none). Each new
-    length is another compiled decoding step (8-11 s for a math run on an H100), and a run whose prompts are sometimes
-    longer (an observer's, a probe's) would otherwise compile one per length it meets; a decoder with a longer cache
-    samples the same tokens and is reused for shorter ones (cory.rl.decoding.decoder_for). Capped at the model's
-    positions."""
+    """With cache "static" or "graph": the least length of a cache (prompt + response tokens; 0: none), capped at the
+    model's positions. Each new length is another compilation; a longer cache serves shorter prompts with the same
+    tokens (cory.rl.decoding.decoder_for), so one length can serve a run's pioneer, observer and probe prompts."""
 
     def __post_init__(self) -> None:
         path = section_path("train.ppo.generation")
@@ -66,6 +61,47 @@ class GenerationConfig:
         check(0.0 < self.top_p <= 1.0, f"{path}.top_p", f"must be in (0, 1], got {self.top_p}")
         check(self.temperature > 0, f"{path}.temperature", f"must be > 0, got {self.temperature}")
         check(self.repetition_penalty > 0, f"{path}.repetition_penalty", f"must be > 0, got {self.repetition_penalty}")
+
+
+@dataclass
+class SpeedConfig:
+    """How the RL passes run (params `train.ppo.speed`): precision, fused kernels, compilation and batching. They change
+    how fast an iteration runs and its float rounding, not the algorithm; what each bought is in docs/speed.md."""
+
+    mixed_precision: bool = True
+    """On a GPU, run the forward passes (sampling, experience, update) under bf16 autocast; false runs them in fp32
+    with TF32 matmuls. Weights, optimizer and the PPO math stay fp32 either way."""
+    bf16_weights: bool = False
+    """Run the forward and backward passes on a bf16 copy of each agent's LM (and a bf16 reference), without autocast;
+    the fp32 weights stay the optimizer's and the checkpoints' ("master weights"). Full fine-tuning only; needs
+    mixed_precision."""
+    align_head: bool = False
+    """Run the output layer on its weight padded to a multiple of 64 rows (the same logits: cuBLAS's kernels for
+    GPT-2's odd 50,257 rows are slow; cory.rl.kernels.AlignedLMHead)."""
+    fused_gelu: bool = False
+    """Run transformers' written-out tanh GELU ("gelu_new", GPT-2's) as PyTorch's one fused kernel of the same
+    function (cory.rl.kernels.fuse_gelu)."""
+    fused_vocab: bool = False
+    """On a GPU, compile the passes over the vocabulary (the experience's per-token statistics, the update's token
+    log-probabilities) into a few fused kernels (cory.rl.kernels.vocabulary_pass)."""
+    compile: bool | Literal["regional"] = False
+    """torch.compile the experience's and update's forward passes (not sampling: `generation.cache` compiles that):
+    true, the whole forward pass; "regional", each transformer block, one graph every block reuses
+    (cory.rl.kernels.RegionalForward). Full fine-tuning only."""
+    forward_batch_size: int | None = None
+    """Samples per no-grad forward pass when building experience (less memory); null: the whole batch at once."""
+
+    def __post_init__(self) -> None:
+        path = section_path("train.ppo.speed")
+        value = self.forward_batch_size
+        check(value is None or value > 0, f"{path}.forward_batch_size", f"must be > 0 or null, got {value}")
+        check(self.mixed_precision or not self.bf16_weights, f"{path}.bf16_weights",
+              "runs the passes in bf16, which mixed_precision: false turns off; set one of them the other way")
+
+    @property
+    def autocast(self) -> bool:
+        """Whether the passes run under bf16 autocast (on a GPU): mixed precision without bf16 weight copies."""
+        return self.mixed_precision and not self.bf16_weights
 
 
 @dataclass
@@ -142,7 +178,7 @@ class PPOConfig:
     (the first samples in eval mode, where `from_pretrained` leaves a model). Evaluation always samples in eval mode.
     "none": every dropout set to p = 0 (trl's PPOv2 `disable_dropout`, OpenRLHF): no dropout anywhere. "update":
     dropout in the update's forward only, so its log-probs differ from the experience's ones before any step (ratio
-    != 1); not what trl does, but what this project ran as "dropout on" (`disable_dropout: false`) until 2026-11-27."""
+    != 1); not what trl does, but what this project first ran as "dropout on" (`disable_dropout: false`)."""
     on_nonfinite: Literal["error", "skip"] = "error"
     """What a NaN or inf does. "error": a non-finite task score, loss, gradient or PPO statistic stops the run with
     an error naming the iteration, the agent and the source (one NaN score would otherwise poison the running score
@@ -154,47 +190,8 @@ class PPOConfig:
     """Start the value head at V = 0 (weights and bias 0) instead of nn.Linear's random init (trl's). With lam 1 the
     first advantages are then exactly the (baselined) scores, not scores minus a random per-token value, and no
     value-loss gradient reaches the shared body until the head has learned something."""
-    forward_batch_size: int | None = None
-    """Samples per no-grad forward pass when building experience; None means the whole batch at once."""
-    mixed_precision: bool = True
-    """On a GPU, run the RL forward passes (sampling, experience, update) under bf16 autocast; false runs them in
-    fp32 with TF32 matmuls, which skips autocast's cast kernels (small models are bound by kernel launches; compare
-    with python -m scripts.bench_rl). Weights, optimizer and the PPO math stay fp32 either way."""
-    bf16_weights: bool = False
-    """Run the RL forward and backward passes (sampling, experience, update) on a bf16 copy of each agent's LM, and
-    a bf16 reference, without autocast, on any device. The fp32 weights stay the optimizer's and are what checkpoints
-    and saved models hold ("master weights", as in bf16 training with DeepSpeed, which OpenRLHF uses): after each
-    backward one multi-tensor copy moves the copy's gradients onto them, after each optimizer step another moves the
-    weights onto the copy. Autocast instead casts every weight at every forward pass and every activation between
-    fp32 and bf16 ops: about 2,000 cast kernels and their host dispatch in an IMDB CORY iteration of the default
-    profile. Not the same numbers as autocast: the activations between matmuls (the residual stream, the layer norms'
-    outputs) are bf16 instead of fp32; the log-softmaxes, the values and the PPO math stay fp32. Full fine-tuning
-    only; with mixed_precision true."""
-    align_head: bool = False
-    """Run the LM's output layer on its weight padded to a multiple of 64 rows, slicing the extra logits off (same
-    logits: cory.rl.kernels.AlignedLMHead), in sampling, experience and update. cuBLAS runs GPT-2's odd 50,257-row
-    output matmuls with slow fallback kernels (the profile of a default-profile iteration shows them among the
-    largest GPU items); padding made the base-model stage's output-layer matmuls ~4x faster on an H200. A no-op for
-    a vocabulary that is a multiple of 64 already (Llama-2's 32,000)."""
-    fused_gelu: bool = False
-    """Run a tanh-approximated GELU written out in elementwise operations (transformers' "gelu_new": GPT-2's, GPT2-
-    Large's and GPT2-XL's published configs) as PyTorch's one fused kernel (gelu(approximate="tanh")): the same
-    function, rounded once instead of after each of its ~8 operations. At the GPT2-Large shape those operations were
-    among the largest GPU items of an iteration (scripts/bench_paper.py --profile). The default profile's models are
-    built with the fused one already."""
-    fused_vocab: bool = False
-    """On a GPU, compile (torch.compile, dynamic shapes, once per process) the passes over the vocabulary: the
-    experience's per-token statistics (cory.rl.ppo.response_statistics: two log-softmaxes, the KL and the entropy) and the
-    update's token log-probabilities (cory.rl.ppo.token_logprobs: the token's logit less the log-sum-exp), so that they
-    run as a few fused kernels reading the bf16 logits instead of a dozen memory-bound passes over fp32 copies of
-    (B, T, V) tensors. The same values up to float rounding; what it saves grows with the vocabulary (GPT-2's 50,257)."""
-    compile: bool | Literal["regional"] = False
-    """torch.compile (dynamic shapes) the policy's, value head's and reference's forward passes of the experience and
-    the update (not sampling: `generation.cache` "static" compiles that). Fuses a small model's many small kernels,
-    where a step is bound by launches, at the price of a compilation in each process (cached on disk between them).
-    true: the whole forward pass as one graph; "regional": each transformer block, one graph that every block of the
-    model reuses (cory.rl.kernels.RegionalForward), so a process compiles one block instead of the whole model, and the
-    embedding, final norm and output layer run eagerly. Full fine-tuning only (not with train.lora_rank)."""
+    speed: SpeedConfig = field(default_factory=SpeedConfig)
+    """How the passes run: precision, kernels, batching (`train.ppo.speed`); none of it changes the algorithm."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings."""
 
@@ -219,7 +216,7 @@ class PPOConfig:
         for name in ("ratio_threshold_mode", "dropout", "on_nonfinite"):  # from_dict checks these; PPOConfig(...) too
             allowed, value = get_args(typing.get_type_hints(PPOConfig)[name]), getattr(self, name)
             check(value in allowed, f"{path}.{name}", f"must be one of {list(allowed)}, got {value!r}")
-        for name in ("max_grad_norm", "score_clip", "forward_batch_size"):
+        for name in ("max_grad_norm", "score_clip"):
             value = getattr(self, name)
             check(value is None or value > 0, f"{path}.{name}", f"must be > 0 or null, got {value}")
         check(
@@ -227,8 +224,6 @@ class PPOConfig:
             f"{path}.use_score_norm",
             "only takes effect with use_score_scaling: true",
         )
-        check(self.mixed_precision or not self.bf16_weights, f"{path}.bf16_weights",
-              "runs the passes in bf16, which mixed_precision: false turns off; set one of them the other way")
         check(
             self.batch_size % self.backward_batch_size == 0,
             f"{path}.mini_batch_size",
@@ -260,11 +255,6 @@ class PPOConfig:
     @property
     def optimizer_steps_per_epoch(self) -> int:
         return self.batch_size // self.backward_batch_size
-
-    @property
-    def autocast(self) -> bool:
-        """Whether the RL passes run under bf16 autocast (on a GPU): mixed precision without bf16 weight copies."""
-        return self.mixed_precision and not self.bf16_weights
 
 
 @dataclass
@@ -351,9 +341,9 @@ class TrainConfig:
             check(getattr(self, name) > 0, f"{path}.{name}", f"must be > 0, got {getattr(self, name)}")
         check(self.lora_rank is None or self.lora_rank > 0, f"{path}.lora_rank", f"must be > 0 or null, got {self.lora_rank}")
         check(self.lora_alpha > 0, f"{path}.lora_alpha", f"must be > 0, got {self.lora_alpha}")
-        check(not (self.ppo.compile and self.lora_rank is not None), f"{path}.ppo.compile",
+        check(not (self.ppo.speed.compile and self.lora_rank is not None), f"{path}.ppo.speed.compile",
               "compiles full fine-tuning only; set it false with train.lora_rank")
-        check(not (self.ppo.bf16_weights and self.lora_rank is not None), f"{path}.ppo.bf16_weights",
+        check(not (self.ppo.speed.bf16_weights and self.lora_rank is not None), f"{path}.ppo.speed.bf16_weights",
               "copies full fine-tuning's weights only; set it false with train.lora_rank")
         check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",
               "needs lora_rank: 4-bit weights cannot be fine-tuned, only adapters on them")

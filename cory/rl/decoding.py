@@ -4,7 +4,7 @@ transformers' `generate` with a static cache compiles the model's forward pass o
 around it runs eagerly, token by token: its input preparation, the logits processors, the sampling, the stopping
 criteria and a host sync per token to ask whether every row has finished. For the small models of the default
 profile that is most of an iteration: a math CORY iteration's 158 decoding steps spent 3.2 ms each on an H100, of
-which the compiled forward's kernels were 0.47 ms (scripts/bench_rl.py --profile).
+which the compiled forward's kernels were 0.47 ms (benchmark/rl.py --profile).
 
 Here one compiled function does a whole step: the logits processors, the draw, the bookkeeping of finished rows and
 the forward pass of the drawn token into a static KV cache, all on buffers that keep their addresses between calls,
@@ -244,7 +244,7 @@ def decoding_attention():
     """The attention kernels of a GPU decoding step: cuDNN's first. The RL processes turn cuDNN attention off
     (cory.rl.kernels.configure_gpu_for_rl: its backward returns NaN gradients for some masked shapes), which leaves a
     step's one query token to the memory-efficient kernel, whose 64-query tiles are 63/64 idle (45 us per call on an
-    H100 at the math runs' shape, against 22 us for cuDNN's, scripts/bench_decode.py --kernels). The step computes no
+    H100 at the math runs' shape, against 22 us for cuDNN's, benchmark/decode.py --kernels). The step computes no
     gradient, and its query always attends to itself (no fully masked row); the prompt's pass is not inside it."""
     backends = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     if "set_priority" in inspect.signature(sdpa_kernel).parameters:  # torch >= 2.6: this order, cuDNN first

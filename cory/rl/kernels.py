@@ -15,13 +15,13 @@ import functools
 import torch
 
 from cory.hf import transformer_blocks
-from cory.rl.config import PPOConfig
+from cory.rl.config import SpeedConfig
 
 
-def prepare_for_rl(lm, cfg: PPOConfig) -> None:
+def prepare_for_rl(lm, cfg: SpeedConfig) -> None:
     """Ready `lm` for the RL passes, in place and before it is duplicated (the agents' copies and the reference inherit
-    it): the process's GPU settings, the output layer on a padded weight (ppo.align_head) and GPT-2's GELU as one
-    kernel (ppo.fused_gelu). None of them changes what the model computes beyond float rounding."""
+    it): the process's GPU settings, the output layer on a padded weight (ppo.speed.align_head) and GPT-2's GELU as one
+    kernel (ppo.speed.fused_gelu). None of them changes what the model computes beyond float rounding."""
     configure_gpu_for_rl(next(lm.parameters()).device)
     if cfg.align_head:
         align_lm_head(lm)
@@ -30,7 +30,7 @@ def prepare_for_rl(lm, cfg: PPOConfig) -> None:
 
 
 def autocast(device: torch.device | str, enabled: bool = True):
-    """bf16 autocast where a GPU is present (unless disabled: ppo.mixed_precision); a no-op context on CPU."""
+    """bf16 autocast where a GPU is present (unless disabled: ppo.speed.mixed_precision); a no-op context on CPU."""
     device = torch.device(device)
     if device.type == "cuda" and enabled:
         return torch.autocast("cuda", dtype=torch.bfloat16)
@@ -38,7 +38,7 @@ def autocast(device: torch.device | str, enabled: bool = True):
 
 
 def configure_gpu_for_rl(device: torch.device | str) -> None:
-    """GPU settings of an RL process: TF32 for fp32 matmuls (ppo.mixed_precision: false) and no cuDNN attention.
+    """GPU settings of an RL process: TF32 for fp32 matmuls (ppo.speed.mixed_precision: false) and no cuDNN attention.
 
     Why no cuDNN attention: RL forwards pass an explicit padding mask (left-padded prompts, post-EOS pads), and with
     a mask the cuDNN SDPA backward of torch >= 2.11 on H100/H200 returns NaN query gradients whenever
@@ -68,7 +68,7 @@ class AlignedLMHead(torch.nn.Linear):
 
 def align_lm_head(lm) -> bool:
     """Make `lm`'s output layer an AlignedLMHead where it is a plain nn.Linear with a row count that is not a multiple
-    of 64 (ppo.align_head); in place, weights and tying untouched. Returns whether it changed anything."""
+    of 64 (ppo.speed.align_head); in place, weights and tying untouched. Returns whether it changed anything."""
     head = lm.get_output_embeddings()
     if type(head) is not torch.nn.Linear or head.out_features % AlignedLMHead.multiple == 0:
         return False
@@ -78,7 +78,7 @@ def align_lm_head(lm) -> bool:
 
 def fuse_gelu(lm) -> int:
     """Replace each transformers NewGELUActivation ("gelu_new", GPT-2's tanh GELU written out in ~8 elementwise
-    operations) in `lm` by the fused kernel of the same function ("gelu_pytorch_tanh"; ppo.fused_gelu), in place;
+    operations) in `lm` by the fused kernel of the same function ("gelu_pytorch_tanh"; ppo.speed.fused_gelu), in place;
     the config is left as it is, so a saved model loads as before. Returns how many it replaced."""
     from transformers.activations import ACT2FN, NewGELUActivation
 
@@ -98,7 +98,7 @@ def compiled(fn):
 
 
 def compiled_forward(lm, mode: bool | str):
-    """The callable of an LM's experience and update forward passes under `ppo.compile`'s `mode`: False, the LM
+    """The callable of an LM's experience and update forward passes under `ppo.speed.compile`'s `mode`: False, the LM
     itself; True, the whole forward pass as one graph (`compiled`); "regional", the LM whose transformer blocks run
     compiled during the call (`RegionalForward`)."""
     if not mode:
@@ -113,7 +113,7 @@ class RegionalForward:
     (and the reference's copy, if any) calls the same blocks eagerly or through a compiled decoding step of its own."""
 
     def __init__(self, lm):
-        self.lm, self.blocks = lm, transformer_blocks(lm, "ppo.compile")
+        self.lm, self.blocks = lm, transformer_blocks(lm, "ppo.speed.compile")
         self.calls = [compiled(block._call_impl) for block in self.blocks]
 
     def __call__(self, *args, **kwargs):
@@ -127,13 +127,13 @@ class RegionalForward:
 
 
 def bf16_copy(lm):
-    """A bf16 copy of `lm` (ppo.bf16_weights: the agent's passes run on it), trainable where `lm` is."""
+    """A bf16 copy of `lm` (ppo.speed.bf16_weights: the agent's passes run on it), trainable where `lm` is."""
     return copy.deepcopy(lm).to(torch.bfloat16)
 
 
-def vocabulary_pass(fn, cfg, logits: torch.Tensor, eager=None):
-    """`fn` (a pure function of (B, T, V) logits), compiled where ppo.fused_vocab asks for it and the logits are on a
-    GPU; else `eager` (the same values, written for eager kernels) or `fn` itself."""
+def vocabulary_pass(fn, cfg: SpeedConfig, logits: torch.Tensor, eager=None):
+    """`fn` (a pure function of (B, T, V) logits), compiled where ppo.speed.fused_vocab asks for it and the logits are
+    on a GPU; else `eager` (the same values, written for eager kernels) or `fn` itself."""
     if cfg.fused_vocab and logits.is_cuda:
         return _compiled(fn)
     return eager or fn

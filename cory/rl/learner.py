@@ -66,14 +66,14 @@ def make_experience(
     mask = rollout.response_mask.float()
     agent.activate()
     agent.train(False)  # trl's batched_forward_pass runs in eval mode: no dropout in the old log-probs, any mode
-    chunk = cfg.forward_batch_size or len(rollout.prompts)
+    chunk = cfg.speed.forward_batch_size or len(rollout.prompts)
     parts = []
     for start in range(0, len(rollout.prompts), chunk):
         part = rollout.select(torch.arange(start, min(start + chunk, len(rollout.prompts))))  # a host index: no sync
-        with autocast(device, cfg.autocast):
+        with autocast(device, cfg.speed.autocast):
             logits, values = forward_response(agent.forward_lm, part, agent.value_head)
             ref_logits, _ = forward_response(ref_lm, part)
-        statistics = vocabulary_pass(ppo.response_statistics, cfg, logits)
+        statistics = vocabulary_pass(ppo.response_statistics, cfg.speed, logits)
         parts.append((*statistics(logits, ref_logits, part.response_ids), values.float()))
     logprobs, ref_logprobs, kl, entropy, values = (torch.cat(x) for x in zip(*parts))
 
@@ -130,7 +130,7 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
                         continue
                     loss = loss * 0.0
                 (loss / cfg.gradient_accumulation_steps).backward()
-                agent.collect_gradients()  # ppo.bf16_weights: onto the fp32 weights
+                agent.collect_gradients()  # ppo.speed.bf16_weights: onto the fp32 weights
             # Clip (if set) and check the gradient in one pass: a non-finite gradient (a kernel's NaN, an overflow)
             # is dropped rather than stepped on, as AMP's GradScaler does, so one bad batch cannot poison the weights.
             norm = torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm or float("inf"))
@@ -172,9 +172,9 @@ def _minibatch_loss(agent: Agent, exp: Experience, rows: torch.Tensor):
     idx = rows.to(agent.device, non_blocking=True)
     part = exp.rollout.select(rows, on_device=idx)
     mask = part.response_mask.float()
-    with autocast(agent.device, cfg.autocast):
+    with autocast(agent.device, cfg.speed.autocast):
         logits, values = forward_response(agent.forward_lm, part, agent.value_head)
-    logprobs = vocabulary_pass(ppo.token_logprobs, cfg, logits, eager=ppo.logprobs_of)(logits, part.response_ids)
+    logprobs = vocabulary_pass(ppo.token_logprobs, cfg.speed, logits, eager=ppo.logprobs_of)(logits, part.response_ids)
     pg_loss, pg_stats = ppo.policy_loss(logprobs, exp.logprobs[idx], exp.advantages[idx], mask, cfg.cliprange)
     vf_loss, vf_stats = ppo.value_loss(values.float(), exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value)
     loss = pg_loss + cfg.vf_coef * vf_loss

@@ -80,7 +80,7 @@ def logprobs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log pi(token) as the token's logit less the log-sum-exp over the vocabulary: (B, T, V), (B, T) -> (B, T), the
     values of logprobs_of up to float rounding, with no (B, T, V) log-softmax tensor in between. Compiled
-    (ppo.fused_vocab), its forward is one pass over the logits and its backward one more."""
+    (ppo.speed.fused_vocab), its forward is one pass over the logits and its backward one more."""
     logits = logits.float()
     return _at(logits, tokens) - logits.logsumexp(-1)
 

@@ -34,7 +34,7 @@ class Trainer:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.reward_fn = reward_fn
-        prepare_for_rl(lm, cfg.ppo)  # speed only, before duplication: the copies and the reference inherit it
+        prepare_for_rl(lm, cfg.ppo.speed)  # speed only, before duplication: the copies and the reference inherit it
         # Duplication (paper §3.1): whole copies, or LoRA adapters on one shared base (see cory.rl.agents).
         agents, self.ref_lm = build_agents(cfg, lm)
         self.roles = Roles(agents)
@@ -196,7 +196,8 @@ class Trainer:
         ]
 
     def probe(self, queries: Sequence[str], answers: Sequence[str] | None) -> dict[str, float]:
-        """llm1/probe_task_reward: LLM1 alone on fixed `queries`, cfg.probe_samples answers each (TrainConfig.probe_every).
+        """llm1/probe_task_reward: LLM1 alone on fixed `queries`, cfg.probe_samples answers each
+        (TrainConfig.probe_every).
         It samples from a fork of the RNG state, so a run with the probe trains exactly as one without it."""
         k = self.cfg.probe_samples
         queries = [q for q in queries for _ in range(k)]
@@ -213,7 +214,7 @@ class Trainer:
         # the probe reuse the decoding step the training batches compiled
         try:
             return generate(agent.compute_lm, self.tokenizer, prompts, ppo_cfg.generation, max_new_tokens,
-                            ppo_cfg.batch_size, mixed_precision=ppo_cfg.autocast, dropout=dropout)
+                            ppo_cfg.batch_size, mixed_precision=ppo_cfg.speed.autocast, dropout=dropout)
         except NonFiniteError as exc:
             role = "pioneer" if agent is self.roles.pioneer else "observer"
             raise NonFiniteError(f"iteration {self.iteration}, {agent.name} as {role}: {exc}") from None

@@ -198,3 +198,34 @@ def _training_reviews(tokenizer, texts: list[str], cfg: ClassifierConfig, device
     if cfg.truncation == "tail":
         return tokens, lengths, _encode_reviews(tokenizer, texts, cfg.max_length, tail=True)[0].to(device)
     return tokens, lengths, tokens
+
+
+def reward_model(cfg: ClassifierConfig, source: str | None, tokenizer_name: str, init_from: Path | None,
+                 train: list[dict], validation: list[dict], device: str):
+    """The sentiment reward model: trained here on the `train` reviews (`source` None: from the body of the LM in
+    `init_from`, with its tokenizer, or random with shape `cfg.lm` and the tokenizer `tokenizer_name`), or the model
+    `source` (a hub name or folder) loaded and only evaluated. Returns (model, tokenizer, metrics, history): the
+    held-out accuracies on the `validation` reviews, and the training history (empty for a loaded model)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from cory.tasks.tokenizer import load_tokenizer
+
+    val_texts, val_labels = [row["text"] for row in validation], [row["label"] for row in validation]
+    if source is None:
+        tokenizer = load_tokenizer(str(init_from) if init_from else tokenizer_name)
+        model, metrics = train_reward_classifier([row["text"] for row in train], [row["label"] for row in train],
+                                                 val_texts, val_labels, tokenizer, cfg, device, init_from=init_from)
+        return model, tokenizer, metrics, metrics.pop("history")
+    started = time.perf_counter()
+    model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "reward_model.source")
+    tokenizer = load_pretrained(load_tokenizer, source, "reward_model.source")
+    prefix = cfg.eval_prefix_tokens
+    metrics = {
+        "params": count_parameters(model),
+        "val_reviews": len(val_texts),
+        "accuracy": classifier_accuracy(model, tokenizer, val_texts, val_labels, cfg.max_length, device,
+                                        truncation=cfg.truncation),
+        f"accuracy_prefix{prefix}": classifier_accuracy(model, tokenizer, val_texts, val_labels, prefix, device),
+        "total_seconds": time.perf_counter() - started,
+    }
+    return model, tokenizer, metrics, []

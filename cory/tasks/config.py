@@ -156,9 +156,8 @@ class PretrainConfig:
     """Tokens per optimizer step (batch_tokens / seq_len windows); must be a multiple of seq_len."""
     micro_batches: int = 1
     """Each step's windows in this many equal slices, one forward and backward each, their gradients summed: the same
-    step (up to float rounding) in 1/micro_batches of the activation memory. The output layer's logits over a 50k
-    vocabulary dominate it (a 65,536-token step of the IMDB models peaks at 31 GiB in one pass), which matters where
-    the base models train at once on one GPU."""
+    step (up to float rounding) in 1/micro_batches of the activation memory, which the output layer's logits over a
+    50k vocabulary dominate: it matters where the base models train at once on one GPU."""
     seq_len: int = 256
     """Window length in tokens; at most the model's n_positions."""
     learning_rate: float = 1e-3

@@ -13,7 +13,7 @@ as a plain transformers folder that `Auto*.from_pretrained(folder)` loads, with
   split, <unk>/<s>/</s> = 0/1/2) with Llama-2-chat's chat template. The last two are trained on the IMDB reviews
   (`cory.tasks.imdb`, offline): the same machinery as the real ones, not their vocabularies.
 Weights are random, so a stand-in checks shapes, memory, speed and the pipeline's plumbing, never a result.
-`profile_overlay` gives the settings that point the paper profile at the folders (scripts/build_standins.py).
+`profile_overlay` gives the settings that point the paper profile at the folders (tools/build_standins.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,86 @@
+"""Helpers shared by the benchmarks and tools (kept out of cory/ and pipeline/, which are DVC dependencies of the stages)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+
+QUERY_WORDS = "the movie film was a great bad plot actor story not very good I this one of it and so".split()
+"""Words the benchmarks draw IMDB-like queries from (their content does not change an iteration's cost)."""
+
+
+def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] | None]:
+    """n queries of the task's kind (their content does not change the cost, their length does a little)."""
+    rng = random.Random(seed)
+    if task == "sentiment":
+        return [" ".join(rng.choice(QUERY_WORDS) for _ in range(rng.randint(2, 8))) for _ in range(n)], None
+    from cory.tasks.config import MathGenConfig
+    from cory.tasks.mathgen import generate_problems
+
+    problems = generate_problems(MathGenConfig(n_pretrain=0, n_rl=n, n_test=0, seed=seed))["rl"]
+    return [p["question"] for p in problems], [p["answer"] for p in problems]
+
+
+def profile_params(name: str, folder: Path) -> Path:
+    """A profile rendered into `folder`/params.yaml, for the benchmarks to read through $CORY_PARAMS instead of the
+    committed params.yaml (e.g. the smoke profile's tiny models on a CPU)."""
+    from pipeline.profile import render
+
+    path = Path(folder) / "params.yaml"
+    path.write_text(yaml.safe_dump(render(name)))
+    return path
+
+
+def set_dotted(tree: dict[str, Any], item: str) -> dict[str, Any]:
+    """Put one dotted KEY=VALUE setting (the value read as YAML, so it may hold commas: [4, 8]) into `tree`."""
+    key, _, value = item.partition("=")
+    node = tree
+    *parents, leaf = key.strip().split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = yaml.safe_load(value)
+    return tree
+
+
+def dotted_overrides(spec: str) -> dict[str, Any]:
+    """'ppo.speed.mixed_precision=false,ppo.lam=1' -> {'ppo': {'speed': {'mixed_precision': False}, 'lam': 1}}: comma-separated
+    dotted KEY=VALUE settings (values read as YAML) as the nested dict that cory.schema.merge takes."""
+    tree: dict[str, Any] = {}
+    for item in filter(None, spec.split(",")):
+        set_dotted(tree, item)
+    return tree
+
+
+def with_settings(train, overrides: dict[str, Any]):
+    """A run's resolved TrainConfig with `overrides` (a nested dict of train settings) put over it, so that a setting
+    its experiment group or run sets is changed too (the benchmarks' --variant and --set)."""
+    from cory.rl.config import TrainConfig
+    from cory.schema import from_dict, merge, to_dict
+
+    return from_dict(TrainConfig, merge(to_dict(train), overrides), "train")
+
+
+def profile_iteration(step: Callable[[], Any], seconds_per_iteration: float, trace: Path | None = None) -> str:
+    """Run `step` (one training iteration) once under torch.profiler on a GPU: its kernel count and GPU-busy time
+    (the sum of its kernels) against the iteration's wall time, the CUDA kernels that take the most GPU time and the
+    host-side operators that take the most CPU time; with `trace`, its Chrome trace there."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    averages = prof.key_averages()
+    kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_ms = sum(e.self_device_time_total for e in kernels) / 1e3
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+    return (f"GPU kernels in one iteration: {sum(e.count for e in kernels)} launches, busy {busy_ms:.1f} ms (of "
+            f"{1e3 * seconds_per_iteration:.0f} ms per iteration)\n"
+            + averages.table(sort_by="cuda_time_total", row_limit=20) + "\n"
+            + averages.table(sort_by="self_cpu_time_total", row_limit=20))

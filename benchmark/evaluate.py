@@ -1,0 +1,77 @@
+"""Benchmark: the evaluate stage's model runs one after another, then at once (runtime.workers processes per GPU).
+
+    python -m benchmark.evaluate [--runs 10] [--workers 12] [--mps]          (from the project root)
+
+Saves `--runs` randomly initialised models of the profile's math shape (params.yaml or $CORY_PARAMS: base_models.math,
+its tokenizer) to a temporary folder, then times pipeline.evaluate.evaluate over them with the profile's evaluation
+settings and problems of the task's kind, both ways in this one run, and says whether every run's pass@k, correct
+counts and sample texts came out the same both ways (each run's sampling is seeded: they should). Random weights
+rarely stop before evaluation.max_new_tokens, so each run samples longer answers than a trained model does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+
+def save_models(folder: Path, runs: int) -> list[tuple[str, str, Path]]:
+    """`runs` random math models (seeds 0..runs-1) saved with the profile's math tokenizer: the stage's run list."""
+    import torch
+
+    from cory.tasks.mathgen import generate_problems, pretraining_texts
+    from cory.hf import save_model
+    from cory.tasks.pretrain import build_causal_lm
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY
+    from pipeline.base_models import scratch_tokenizer
+    from pipeline.params import load_params
+
+    params = load_params()
+    base = params.base_models["math"]
+    texts = []
+    if base.tokenizer == CORPUS_VOCABULARY:  # as benchmark/rl.py: the generated problems stand in for the corpus
+        problems = generate_problems(params.data.math.generator)["pretrain"]
+        texts = pretraining_texts(problems, slip_rate=base.slip_rate)
+    tokenizer = scratch_tokenizer(base, texts)
+    for seed in range(runs):
+        torch.manual_seed(seed)
+        save_model(build_causal_lm(base.lm, len(tokenizer), tokenizer.eos_token_id), tokenizer, folder / f"run{seed}")
+    return [("random", str(seed), folder / f"run{seed}") for seed in range(runs)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10, help="model runs (the default profile evaluates 10)")
+    parser.add_argument("--workers", type=int, default=12, help="processes per GPU at once (runtime.workers)")
+    parser.add_argument("--mps", action="store_true", help="under a CUDA MPS daemon (runtime.mps)")
+    args = parser.parse_args()
+
+    from pipeline.common import device
+    from pipeline.evaluate import evaluate
+    from pipeline.params import load_params
+    from pipeline.sections import RuntimeConfig
+    from benchmark.common import queries_of
+
+    params = load_params()
+    cfg = params.evaluation
+    questions, answers = queries_of("math", cfg.n_problems or 200)
+    runtime = RuntimeConfig(workers=args.workers, mps=args.mps)
+    on = device()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = save_models(Path(tmp), args.runs)
+        timings, results = {}, {}
+        for way, setting in (("one after another", None), (f"at once (runtime.workers {args.workers})", runtime)):
+            start = time.perf_counter()
+            results[way] = evaluate(cfg, runs, questions, answers, on, setting)
+            timings[way] = time.perf_counter() - start
+    for way, seconds in timings.items():
+        print(f"bench_evaluate: {args.runs} runs of {len(questions)} problems x {cfg.n_samples} samples on {on}, "
+              f"{way}: {seconds:.1f} s", flush=True)
+    first, second = results.values()
+    print(f"bench_evaluate: the same pass@k, correct counts and samples both ways: {first == second}")
+
+
+if __name__ == "__main__":
+    main()

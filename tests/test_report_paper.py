@@ -1,0 +1,140 @@
+"""The claims the paper's IMDB result is about: PPO's collapse and CORY's, the combined reward's fall, one claim set per
+IMDB group, profiles that test no claim, and a rerun compared claim by claim."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cory.report.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_TESTED, Context, RateDifference, combined_fall_claim
+from cory.report.config import ReportConfig
+from cory.report.markdown import claim_markdown, rerun_rows, summary_json
+from cory.report.report import write_report
+
+from test_report import claims_by_key, copy_imdb_group, experiments_of, fixture_experiments, load_fixture, write_fixture
+from test_report_truth import run_of
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The claims the paper's IMDB result is about, several IMDB groups, untested profiles, reruns
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_collapse_rates_and_the_calibration_target(tmp_path):
+    write_fixture(tmp_path, cory_kl={0: 5.0, 1: 5.0, 2: 9.5})  # PPO ends at KL 14.7-15.3, CORY at 4.9-9.8
+    claim = claims_by_key(tmp_path, collapse_kl=10.0)["imdb_collapse"]
+    assert claim.verdict == HELD  # 3 of 3 against 0 of 3: the exact interval clears 0
+    assert [r.interval.estimate for r in claim.results] == [1.0, 1.0]
+    assert all(isinstance(e, RateDifference) and r.method == "exact" for e, r in zip(claim.effects, claim.results))
+    assert claim.notes[0].startswith("PPO collapsed on 3 of 3 seeds (rate 1.00; 95% Clopper-Pearson interval [0.29,")
+    assert claim.notes[1].startswith("CORY-LLM1 collapsed on 0 of 3 seeds")
+    assert claim.notes[3].startswith("Calibration target (PPO's final KL >= 10 on every seed, ") and ": met;" in \
+        claim.notes[3]
+    assert "exceeds 10 (report.collapse_kl)" in claim.rule
+    # CORY's seed 2 (KL 9.8) collapses at a limit of 9: 3 of 3 against 1 of 3 does not clear 0
+    claim = claims_by_key(tmp_path, collapse_kl=9.0)["imdb_collapse"]
+    assert claim.notes[1].startswith("CORY-LLM1 collapsed on 1 of 3 seeds (rate 0.33; 95% Clopper-Pearson interval "
+                                     "[0.01, 0.91])")
+    assert claim.verdict == INCONCLUSIVE and claim.results[0].interval.low < 0 < claim.results[0].interval.high
+    assert claim.results[0].seeds_needed > 3
+    # no PPO seed collapses at 16, nor CORY's, and PPO is short of a calibration target of 16: nothing is decided
+    claim = claims_by_key(tmp_path, collapse_kl=16.0, calibration_kl=16.0)["imdb_collapse"]
+    assert claim.verdict == INCONCLUSIVE and ": not met;" in claim.notes[3] and claim.seeds_needed == math.inf
+    write_fixture(tmp_path / "high", cory_kl=20.0)  # CORY at KL ~20, PPO at ~15: only CORY collapses above 17
+    assert claims_by_key(tmp_path / "high", collapse_kl=17.0)["imdb_collapse"].verdict == NOT_HELD
+
+
+def test_combined_reward_falls_less_for_cory_as_the_paper_reads_it():
+    t = np.arange(100, dtype=float)
+
+    def combined(end: float, seed: int) -> np.ndarray:  # +0.45 for 10 iterations, then linearly to `end`
+        return np.where(t < 10, 0.45, 0.45 + (end - 0.45) * (t - 10) / 89) + 0.01 * seed
+
+    ppo = run_of({s: {"llm1/combined_reward": combined(-8.7, s)} for s in range(3)}, {"ppo": {"init_kl_coef": 0.3}},
+                 "imdb/ppo")
+    cory = run_of({s: {"llm1/combined_reward": combined(-1.1, s), "llm2/combined_reward": combined(-1.3, s)}
+                   for s in range(3)}, {"ppo": {"init_kl_coef": 0.3}}, "imdb/cory")
+    claim = combined_fall_claim(ppo, cory, None, Context(ReportConfig()))
+    # the last 10 iterations' mean lies (0.45 - end) x 84.5 / 89 below the start (the first 10 iterations' mean)
+    assert claim.means()["PPO fall (start - final)"] == pytest.approx((0.45 + 8.7) * 84.5 / 89)
+    factor = (8.7 + 0.45) / (1.1 + 0.45)  # 5.9, as the paper's end points give it
+    assert claim.results[0].interval.estimate == pytest.approx(factor, rel=1e-6)
+    assert claim.verdict == HELD and claim.paper_values["PPO's fall / CORY-LLM1's fall"].value == 5.9
+    assert "mean fall of PPO / mean fall of CORY-LLMx > 2" in claim.rule
+    text = "\n".join(claim_markdown(1, claim))
+    assert "| PPO final combined reward |" in text and "| -8.7 |" in text and "PPO-GPT-2-l at iteration ~100" in text
+
+
+def test_each_imdb_group_gets_its_own_claims(tmp_path):
+    write_fixture(tmp_path)
+    runs = ("ppo", "cory", "cory_no_kt")
+    copy_imdb_group(tmp_path, "imdb_smollm2", runs)
+    claims = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}},
+                           imdb_groups=("imdb", "imdb_smollm2"))
+    assert claims["imdb_smollm2/imdb_kl_ratio"].paper.startswith("SmolLM2-135M: PPO's final KL")
+    assert claims["imdb_kl_ratio"].paper.startswith("imdb_small (30M, from scratch): PPO's final KL")
+    assert claims["imdb_smollm2/imdb_kl_ratio"].verdict == claims["imdb_kl_ratio"].verdict == HELD  # the same runs
+    assert claims["imdb_smollm2/imdb_kl_ratio"].figure == "fig3_imdb_smollm2.png"  # its own Fig. 3
+    assert claims["imdb_kl_ratio"].figure == "fig3_imdb.png" and claims["imdb_smollm2/no_kt_kl"].figure == ""
+    smollm2 = {key.split("/", 1)[1] for key in claims if key.startswith("imdb_smollm2/")}
+    assert smollm2 == {"imdb_similar_reward", "imdb_kl_ratio", "imdb_llms_coincide", "imdb_combined_reward",
+                       "imdb_combined_fall", "imdb_collapse", "no_kt_kl", "no_kt_unstable"}  # no PPO-2x, REx, coop
+    assert list(claims).index("imdb_smollm2/imdb_collapse") < list(claims).index("math_ppo_peak")
+    alone = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}}, imdb_groups=("imdb_smollm2",))
+    assert "imdb_kl_ratio" not in alone and "coop_kl" not in alone and "imdb_smollm2/no_kt_kl" in alone
+    assert claims_by_key(tmp_path)["imdb_kl_ratio"].paper == "PPO's final KL is more than 2x CORY's (Fig. 3b)."
+    from cory.report.figures import draw_figures
+
+    inputs = load_fixture(tmp_path, None, ("imdb", "imdb_smollm2"), extra_imdb={"imdb_smollm2": runs})
+    figures = draw_figures(inputs, ReportConfig(imdb_groups=("imdb", "imdb_smollm2")))
+    assert "fig3_imdb_smollm2" in figures and "SmolLM2-135M" in figures["fig3_imdb_smollm2"].caption
+
+
+def test_a_profile_that_tests_no_claim_shows_numbers_without_verdicts(tmp_path):
+    outputs, reports = tmp_path / "outputs", tmp_path / "reports" / "fixture"
+    write_fixture(outputs, seeds=(0,), iterations=4)
+    cfg = ReportConfig(test_claims=False)
+    _, claims = write_report(outputs, reports, cfg, experiments_of(fixture_experiments(seeds=(0,))), None, "fixture")
+    assert {c.verdict for c in claims} == {NOT_TESTED}
+    report = (reports / "REPORT.md").read_text()
+    assert "**This profile tests no claim** (params `report.test_claims: false`)" in report
+    assert report.count("- **Verdict: not tested**: this profile tests no claim") == len(claims)
+    for word in (HELD, NOT_HELD, INCONCLUSIVE):  # the verdict rule names them; no claim gets one
+        assert f"| **{word}** |" not in report and f"| {word} |" not in report and f"Verdict: {word}" not in report
+    assert "| PPO final KL |" in report and "(1 seed)" in report  # the numbers are still there
+    summary = json.loads((reports / "claims.json").read_text())
+    assert {e["verdict"] for entry in summary.values() for e in entry["effects"]} == {NOT_TESTED}
+    assert {entry["verdict"] for entry in summary.values()} == {NOT_TESTED}
+
+
+def test_a_rerun_is_compared_claim_by_claim(tmp_path):
+    outputs, root = tmp_path / "outputs", tmp_path / "repo"
+    reports = root / "reports" / "fixture"
+    write_fixture(outputs, cory_kl={0: 5.0, 1: 5.0, 2: 10.0})
+    experiments = experiments_of(fixture_experiments())
+    _, claims = write_report(outputs, reports, ReportConfig(rerun=None), experiments, None, "fixture")
+    assert "## Rerun" not in (reports / "REPORT.md").read_text()  # null: no comparison
+    ours = summary_json(claims)
+    theirs = json.loads(json.dumps(ours))
+    theirs["imdb_kl_ratio"]["verdict"] = HELD  # as if the rerun's seeds had cleared 2
+    for effect in theirs["imdb_kl_ratio"]["effects"]:
+        effect["verdict"] = effect["measured_verdict"] = HELD
+        effect["interval"] = [2.1, 3.0]
+    theirs["old_claim"] = {"verdict": "mixed", "means": {}}  # a claim the rerun had and this run has not
+    (reports / "rerun").mkdir(parents=True)
+    (reports / "rerun" / "claims.json").write_text(json.dumps(theirs))
+    write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")
+    report = (reports / "REPORT.md").read_text()
+    assert (f"This run's verdicts against those of reports/fixture/rerun/claims.json: {len(ours) - 1} of "
+            f"{len(ours) + 1} claims agree.") in report
+    row = next(line for line in report.splitlines() if line.startswith("| `imdb_kl_ratio` |"))
+    assert row.startswith("| `imdb_kl_ratio` | inconclusive | held | **no** | "
+                          "mean final KL of PPO / CORY-LLM1: 2.214 [1.464, 3.044];")
+    assert "mean final KL of PPO / CORY-LLM1: inconclusive here, held there (threshold > 2)" in row
+    assert "[2.1, 3]" in row
+    rows = {r[0]: r for r in rerun_rows(ours, theirs)}
+    assert rows["`old_claim`"][1:4] == ["-", "mixed", "**no**"] and rows["`old_claim`"][-1] == "only in the rerun"
+    assert rows["`passk`"][3] == "yes" and rows["`passk`"][-1] == ""
+    old = rerun_rows(ours, {"imdb_kl_ratio": {"verdict": "mixed", "means": {}}})
+    assert "an older report" in {r[0]: r for r in old}["`imdb_kl_ratio`"][-1]
