@@ -283,8 +283,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trl-env", type=Path, help="the folder benchmark/trl_env.sh installed trl 0.11.4 into")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-large")
-    parser.add_argument("--layers", type=int), parser.add_argument("--width", type=int)
-    parser.add_argument("--heads", type=int)
+    for dim in ("--layers", "--width", "--heads"):
+        parser.add_argument(dim, type=int, help="instead of --shape's")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--mini-batch", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=4)
