@@ -103,14 +103,14 @@ def test_the_dvc_views_hold_six_headline_numbers_and_every_figure(views, tmp_pat
     views_dir = tmp_path / "metrics"
     (views_dir / "figures").mkdir(parents=True)
     (views_dir / "figures" / "gone.png").write_bytes(b"")  # a figure no longer drawn
-    write_dvc_views(summary, sorted(figures.glob("*.png")), views_dir)
+    write_dvc_views(dvc_headline(summary), sorted(figures.glob("*.png")), views_dir)
     assert sorted(p.stem for p in (views_dir / "figures").iterdir()) == sorted(FIGURES)
     assert (views_dir / "figures/fig3_imdb.png").read_bytes() == b"fig3_imdb"
     flat = dotted_leaves(json.loads((views_dir / "headline.json").read_text()))
     full = dotted_leaves(summary)
     assert flat == {short: full[source] for short, source in DVC_HEADLINE.items()}
-    assert set(flat) == {"imdb.ppo.reward", "imdb.ppo.kl", "imdb.cory.reward", "imdb.cory.kl", "math.ppo.pass@1",
-                         "math.cory.pass@1"}
+    assert set(flat) == {"imdb.ppo.reward", "imdb.ppo.kl", "imdb.cory.reward", "imdb.cory.kl", "math.ppo.pass_at_1",
+                         "math.cory.pass_at_1"}
     assert dvc_headline({"imdb": {}}) == {}  # a profile without the numbers: none written
 
 
@@ -221,8 +221,8 @@ def test_dvc_metrics_show_prints_the_headline(clone, env):
     files = shown[""]["data"]
     assert list(files) == ["metrics/headline.json"]
     flat = dotted_leaves(files["metrics/headline.json"]["data"])
-    assert set(flat) == {"imdb.ppo.reward", "imdb.ppo.kl", "imdb.cory.reward", "imdb.cory.kl", "math.ppo.pass@1",
-                         "math.cory.pass@1"}, flat
+    assert set(flat) == {"imdb.ppo.reward", "imdb.ppo.kl", "imdb.cory.reward", "imdb.cory.kl", "math.ppo.pass_at_1",
+                         "math.cory.pass_at_1"}, flat
 
 
 @pytest.mark.smoke
@@ -248,7 +248,7 @@ def test_dvc_exp_run_sets_a_param_and_exp_show_compares_it_with_the_workspace(cl
     changed = set(header) - {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
     assert {"report.last_n", "report.tolerance", "imdb.ppo.reward", "imdb.cory.kl"} <= changed, header
     assert changed <= {"report.last_n", "report.tolerance", "imdb.ppo.reward", "imdb.ppo.kl", "imdb.cory.reward",
-                       "imdb.cory.kl", "math.ppo.pass@1", "math.cory.pass@1"}, header
+                       "imdb.cory.kl", "math.ppo.pass_at_1", "math.cory.pass_at_1"}, header
     assert any("last2" in row for row in rows)
     full = next(csv.reader(sh("dvc", "exp", "show", "--csv", cwd=repo, env=env).splitlines()))
     assert not any(column.startswith("report.deviations") for column in full)

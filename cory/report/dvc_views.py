@@ -57,11 +57,12 @@ PARETO_SERIES = {"PPO": ("ppo", "llm1"), "CORY-LLM1": ("cory", "llm1"), "CORY-LL
 DVC_HEADLINE = {
     "imdb.ppo.reward": "imdb.ppo.llm1.task_reward", "imdb.ppo.kl": "imdb.ppo.llm1.kl",
     "imdb.cory.reward": "imdb.cory.llm1.task_reward", "imdb.cory.kl": "imdb.cory.llm1.kl",
-    "math.ppo.pass@1": "passk.ppo.pass@1", "math.cory.pass@1": "passk.cory_llm1.pass@1",
+    "math.ppo.pass_at_1": "passk.ppo.pass@1", "math.cory.pass_at_1": "passk.cory_llm1.pass@1",
 }
 """metrics/headline.json: its key -> the key of the profile's headline.json it copies. The paper's comparison in six
 numbers: IMDB's final task reward and KL (Fig. 3) and math pass@1 (Fig. 5) of PPO and CORY's LLM1 (cory = CORY-LLM1);
-short keys, so that `dvc exp show` with a changed param or two fits a terminal."""
+short keys, so that `dvc exp show` with a changed param or two fits a terminal, and names that MLflow takes as
+metric names too (no "@"): the MLflow parent run logs them under the same names."""
 
 
 def _round(x: float) -> float | None:
@@ -173,14 +174,14 @@ def dvc_headline(summary: dict) -> dict:
 
 
 def write_dvc_views(summary: dict, figures: list[Path], views_dir: Path) -> list[Path]:
-    """metrics/headline.json (`dvc_headline` of the profile's `summary`) and metrics/figures/ (a copy of each of the
-    report's `figures`; in git one object with the report's own copy) under views_dir; figures no longer drawn are
-    removed. Returns the paths written."""
+    """metrics/headline.json (`summary`: `dvc_headline` of the profile's headline) and metrics/figures/ (a copy of
+    each of the report's `figures`; in git one object with the report's own copy) under views_dir; figures no longer
+    drawn are removed. Returns the paths written."""
     folder = views_dir / "figures"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     written = [Path(shutil.copyfile(figure, folder / figure.name)) for figure in sorted(figures)]
-    (views_dir / "headline.json").write_text(json.dumps(dvc_headline(summary), indent=2) + "\n")
+    (views_dir / "headline.json").write_text(json.dumps(summary, indent=2) + "\n")
     return [*written, views_dir / "headline.json"]
 
 
