@@ -204,7 +204,8 @@ def test_dvc_plots_show_renders_every_plot_from_committed_files_offline(clone, e
     sh("git", "clone", "-q", str(clone), str(fresh), cwd=tmp_path, env=env)
     figures = sorted(p.name for p in (clone / "reports/smoke").glob("fig*.png"))
     assert len(figures) >= len(FIGURES)
-    assert sorted(p.name for p in (fresh / "metrics/figures").iterdir()) == figures  # committed, though reports/smoke is not
+    # committed, though reports/smoke is git-ignored
+    assert sorted(p.name for p in (fresh / "metrics/figures").iterdir()) == figures
     rendered = json.loads(sh("dvc", "plots", "show", "--json", cwd=fresh, env=env))
     assert not rendered.get("errors"), rendered.get("errors")
     data = rendered.get("data", rendered)

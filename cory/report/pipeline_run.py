@@ -125,8 +125,8 @@ def log_pipeline_run(profile: str, metrics: dict[str, float], passk: dict[str, A
                      runs_dir: Path, reports: Path, changed: dict[str, Any] | None = None,
                      headline: dict[str, float] | None = None) -> str | None:
     """The parent run of one `dvc repro`, logged by the report stage once reports/<profile>/ is written; returns its
-    id (None if MLflow is unavailable). Named "<profile> <pipeline_run> <changed settings>" (run_name) and keyed PIPELINE_KEY (the previous
-    pipeline's parent is superseded), it holds the runs' final values (`metrics`: cory.report.dvc_views.run_finals)
+    id (None if MLflow is unavailable). Named "<profile> <pipeline_run> <changed settings>" (run_name) and keyed
+    PIPELINE_KEY (the previous pipeline's parent is superseded), it holds the runs' final values (`metrics`: cory.report.dvc_views.run_finals)
     as metrics at step 0 and as its description, Pass@k of each model (`passk`: eval/passk.json, mean over seeds)
     as "headline/pass_at_<k>.<model>", each claim's verdict as a tag `claim.<key>`, reports/<profile>/ as artifacts
     under report/, and, nested under it by the tag mlflow.parentRunId, every run the report is made of (_nest).
