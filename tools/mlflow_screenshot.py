@@ -339,6 +339,10 @@ def headline_view(page, base: str, experiment_id: str, parent: dict, out: Path, 
     page.goto(f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey=headline&workflowType=machine_learning")
     settle(page, 4)
     close_assistant(page)
+    expand = page.locator(".ag-row button[data-component-id*='runnamecellrenderer']")
+    if expand.count():  # the shared view does not say which runs are expanded: show the parent's
+        expand.first.click()
+        settle(page, 2)
     wanted = [key for key in parent["metrics"] if not key.startswith("headline/")] + ["llm1/task_reward"]
     headers = " ".join(page.locator(".ag-header-cell").all_inner_texts())
     body = text(page, *wanted)

@@ -99,13 +99,16 @@ RUN_COLUMNS = ("llm1/task_reward", "llm1/kl")
 """Each training run's own metrics beside the headline ones in that view (the last iteration's values)."""
 
 
-def view_state(parent_id: str, headline: dict[str, float]) -> dict:
+def view_state(headline: dict[str, float]) -> dict:
     """The MLflow UI's runs-table state of VIEW_KEY: the headline numbers (the parent run's) and RUN_COLUMNS as its
-    columns, and the parent run expanded. MLflow's runs table shows no metric until one is picked under Columns; a
-    shared view is the one way to preselect them (the UI reads its `selectedColumns`, `runsExpanded`, ... from the
-    tag as JSON)."""
+    columns, wide enough for their names and the runs' names "<group>/<run>/seed<k>". MLflow's runs table shows no
+    metric until one is picked under Columns; a shared view is the one way to preselect them (the UI reads the tag's
+    JSON as its `selectedColumns`, `columnWidths`, ...; not which runs are expanded)."""
     columns = [f"metrics.`{name}`" for name in (*headline, *RUN_COLUMNS)]
-    return {"selectedColumns": ["attributes.`Source`", *columns], "runsExpanded": {parent_id: True}}
+    order = ["attributes.`Run Name`", "attributes.`Created`", "attributes.`Duration`", *columns,
+             "attributes.`Source`"]  # the UI applies the widths along with an order only
+    return {"selectedColumns": ["attributes.`Source`", *columns], "columnOrder": order,
+            "columnWidths": {"attributes.`Run Name`": 240, **{column: 150 for column in columns}}}
 
 
 def view_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
@@ -117,7 +120,7 @@ def view_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
 def _share_view(client, parent_id: str, headline: dict[str, float]) -> str:
     experiment_id = client.get_run(parent_id).info.experiment_id
     client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}",
-                              json.dumps(view_state(parent_id, headline)))
+                              json.dumps(view_state(headline)))
     return view_url(experiment_id)
 
 
