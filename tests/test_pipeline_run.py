@@ -109,7 +109,7 @@ def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested
     view = json.loads(client.get_experiment(parent.info.experiment_id).tags["mlflow.sharedViewState.headline"])
     assert view["selectedColumns"] == ["attributes.`Source`", "metrics.`imdb.ppo.reward`",
                                        "metrics.`math.ppo.pass_at_1`", "metrics.`llm1/task_reward`", "metrics.`llm1/kl`"]
-    assert view["columnWidths"]["metrics.`imdb.ppo.reward`"] == 150 and view["columnOrder"][0] == "attributes.`Run Name`"
+    assert view["columnWidths"]["metrics.`imdb.ppo.reward`"] == 130 and view["columnOrder"][0] == "attributes.`Run Name`"
     assert parent.data.tags["claim.imdb_kl_ratio"] == "held"
     assert "| imdb/ppo | 1.5 | 5 |   |   |" in parent.data.tags["mlflow.note.content"]
     assert sorted(a.path for a in client.list_artifacts(parent_id, "report")) == ["report/REPORT.md",

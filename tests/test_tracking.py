@@ -416,3 +416,14 @@ def test_an_experiment_is_created_as_a_model_training_one(store):
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
+
+
+def test_a_temp_experiments_runs_go_to_the_repositorys_store():
+    """`dvc exp run --temp` runs the stages in <repository>/.dvc/tmp/exps/<...>/, deleted afterwards: the default
+    store is the repository's."""
+    from pathlib import Path
+
+    from cory.tracking.store import store_root
+
+    assert store_root(Path("/r/.dvc/tmp/exps/standalone/tmp1a2b")) == Path("/r")
+    assert store_root(Path("/r/project")) == Path("/r/project")

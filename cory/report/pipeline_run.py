@@ -108,7 +108,7 @@ def view_state(headline: dict[str, float]) -> dict:
     order = ["attributes.`Run Name`", "attributes.`Created`", "attributes.`Duration`", *columns,
              "attributes.`Source`"]  # the UI applies the widths along with an order only
     return {"selectedColumns": ["attributes.`Source`", *columns], "columnOrder": order,
-            "columnWidths": {"attributes.`Run Name`": 240, **{column: 150 for column in columns}}}
+            "columnWidths": {"attributes.`Run Name`": 300, **{column: 130 for column in columns}}}
 
 
 def view_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
