@@ -31,7 +31,11 @@ def test_every_declared_output_exists(smoke_repo):
     assert len(outputs) > 10
     missing = [str(p.relative_to(smoke_repo)) for p in outputs if not p.exists()]
     assert not missing, missing
-    assert all("outputs/smoke" in str(p) or "reports/smoke" in str(p) for p in outputs)
+    # each under the profile's folders, but DVC's views, at one path whatever the profile (cory.report.dvc_views)
+    views = [p.relative_to(smoke_repo).as_posix() for p in outputs if p.relative_to(smoke_repo).parts[0] == "metrics"]
+    assert sorted(views) == ["metrics/figures", "metrics/headline.json"]
+    assert all("outputs/smoke" in str(p) or "reports/smoke" in str(p) for p in outputs
+               if p.relative_to(smoke_repo).parts[0] != "metrics")
 
 
 def test_dvc_status_has_nothing_to_do(smoke_repo):
