@@ -386,7 +386,17 @@ def validate(params: dict) -> Params:
 
 
 def main() -> None:
-    load_params()  # validates
+    """`python -m pipeline.params`, and the `params` stage of dvc.yaml."""
+    try:
+        load_params()  # validates
+    except ConfigError as exc:
+        if os.environ.get("DVC_EXP_BASELINE_REV") and "/.dvc/tmp/exps/" not in ROOT.as_posix():
+            # DVC sets it in an experiment's stages; a failed `dvc exp run -S` in the workspace (not --temp, which runs
+            # in a copy under .dvc/tmp/exps/) leaves its -S values in params.yaml
+            raise ConfigError(f"{exc}. `dvc exp run` leaves this experiment's -S values in params.yaml: `git "
+                              "checkout params.yaml` takes them back (`dvc exp run --temp` never touches the "
+                              "workspace)") from None
+        raise
     print("params.yaml: every setting is valid")
 
 

@@ -10,11 +10,17 @@ params.yaml is the working copy: edit it, or let `dvc exp run -S key=value` edit
 time compares it with the profiles (every stage validates its content, pipeline.params). A change worth keeping goes
 into profiles/, and `python -m pipeline.profile NAME` regenerates params.yaml from them (tests check that the
 committed params.yaml is the default profile's rendering).
+
+dvc.lock records the last `dvc repro` of one profile, and metrics/ (DVC's views) its numbers and figures: after a
+smoke run both hold the smoke profile's. Switching to a profile whose run the last commit recorded (`python -m
+pipeline.profile default` after a smoke run) restores both from that commit (`restore_committed`), so the
+workspace is the committed one again and `dvc status` compares with the committed run.
 """
 
 from __future__ import annotations
 
 import difflib
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -137,11 +143,52 @@ def write(name: str, path: Path = ROOT / "params.yaml") -> None:
     path.write_text(text)
 
 
+COMMITTED_RUN = ("dvc.lock", "metrics")
+"""What one profile's `dvc repro` rewrites outside that profile's own folders: the lock and DVC's views."""
+
+
+def lock_profiles(text: str | None) -> set[str]:
+    """The profiles whose runs a dvc.lock's stages record (their `profile` param): one, or more after a run of
+    another profile that stopped part way."""
+    try:
+        stages = (yaml.safe_load(text) or {}).get("stages", {}) if text else {}
+    except yaml.YAMLError:
+        return set()
+    return {stage.get("params", {}).get("params.yaml", {}).get("profile") for stage in stages.values()} - {None}
+
+
+def _git(*args: str, root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+def restore_committed(name: str, root: Path = ROOT) -> bool:
+    """Restore COMMITTED_RUN from the last commit where the workspace's dvc.lock is another profile's run and the
+    commit's is profile `name`'s; True if restored. Nothing happens outside a git checkout, or where the lock is this
+    profile's (a run of it not yet committed stays) or the commit holds no run of this profile."""
+    lock = root / "dvc.lock"
+    if not lock_profiles(lock.read_text() if lock.is_file() else None) - {name}:
+        return False
+    try:
+        committed = _git("show", "HEAD:dvc.lock", root=root)
+    except OSError:  # no git
+        return False
+    if committed.returncode != 0 or lock_profiles(committed.stdout) != {name}:
+        return False
+    paths = [path for path in COMMITTED_RUN if _git("ls-tree", "HEAD", "--", path, root=root).stdout.strip()]
+    if _git("checkout", "HEAD", "--", *paths, root=root).returncode != 0:
+        return False
+    _git("clean", "-fq", "--", *paths, root=root)  # a figure only the other profile draws (the report writes metrics/)
+    return True
+
+
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
         raise SystemExit("usage: python -m pipeline.profile <default|smoke|paper>")
     write(argv[0])
     print(f"params.yaml now holds the {argv[0]!r} profile; run `dvc repro` to (re)build it.")
+    if restore_committed(argv[0]):
+        print(f"dvc.lock and metrics/ restored from the last commit: its {argv[0]!r} run (`git status` is clean of "
+              "the other profile's run)")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@
 Reads params `report` (cory.report.config.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile`,
 `seeds` and `experiments` (which group sweeps each task's KL coefficient, and a group's own seeds), and every run
 of outputs/<profile>/runs/, eval/passk.json and metrics/ (and profiles/notes/<profile>.md, the maintainers' notes on
-the run, if it exists), once; writes reports/<profile>/ (cory.report.report.write_report) and DVC's views of the
-results, outputs/<profile>/metrics/headline.json and metrics/curves/ (cory.report.dvc_views). A missing run folder,
+the run, if it exists), once; writes reports/<profile>/ (cory.report.report.write_report), the profile's final
+values and curves, outputs/<profile>/metrics/headline.json and metrics/curves/, and what DVC compares between
+revisions, metrics/headline.json and metrics/figures/ at the project root whatever the profile
+(cory.report.dvc_views). A missing run folder,
 seed folder or input file stops the stage with one line naming it, before any figure is drawn.
 First it logs to MLflow every run that DVC restored from its cache instead of running it (cory.tracking.restore):
 the report always runs after train, so MLflow then lists every run the report is made of. Last it logs the parent
@@ -16,9 +18,10 @@ reports/<profile>/, with every run the report is made of nested under it.
 
 from __future__ import annotations
 
-from cory.report.dvc_views import run_finals, write_views
+from cory.report.dvc_views import dvc_headline, headline, run_finals, write_dvc_views, write_views
 from cory.report.pipeline_run import log_pipeline_run
 from cory.report.report import write_report
+from cory.schema import dotted_leaves
 from cory.tracking.restore import sync_runs
 from pipeline.common import run_stage, stage_timer
 from pipeline.params import load_params
@@ -51,11 +54,14 @@ def main() -> None:
         notes = ROOT / "profiles" / "notes" / f"{name}.md"  # maintainers' words on this run, if any
         inputs, claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, experiments, params.seeds, name,
                                       notes.read_text() if notes.is_file() else None, ROOT)
-        # DVC's views (cory.report.dvc_views): headline.json (`dvc metrics`) and the curve tables (`dvc plots`),
-        # git-tracked; the MLflow parent run shows the same final values
+        # the profile's final values and curves, and DVC's views (`dvc metrics`, `dvc plots`, `dvc exp show`) at
+        # paths no profile changes, so that two revisions line up (cory.report.dvc_views); all git-tracked. The
+        # MLflow parent run shows the same final values
         write_views(inputs, out_dir(params, "metrics"), cfg.last_n)
+        summary = dvc_headline(headline(inputs, cfg.last_n))
+        write_dvc_views(summary, sorted((ROOT / "reports" / name).glob("fig*.png")), ROOT / "metrics")
         log_pipeline_run(name, run_finals(inputs, cfg.last_n), inputs.passk, {c.key: c.verdict for c in claims},
-                         out_dir(params, "runs"), ROOT / "reports" / name, changed())
+                         out_dir(params, "runs"), ROOT / "reports" / name, changed(), dotted_leaves(summary))
     for claim in claims:
         print(f"report: {claim.verdict:>14}  {claim.paper}")
     print(f"report: wrote reports/{name}/REPORT.md")

@@ -95,7 +95,8 @@ def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested
     removed = run("train", "imdb/old/seed0", "imdb/old/seed0")  # its folder is gone: not a run of this report
     old_eval, new_eval, model = run("evaluate"), run("evaluate"), run("base_model@math")
     previous = log_pipeline_run("parent", finals, passk, verdicts, runs_dir, reports)
-    parent_id = log_pipeline_run("parent", finals, passk, verdicts, runs_dir, reports)
+    headline = {"imdb.ppo.reward": 1.5, "math.ppo.pass_at_1": 0.5}  # metrics/headline.json's, dotted
+    parent_id = log_pipeline_run("parent", finals, passk, verdicts, runs_dir, reports, headline=headline)
 
     client = MlflowClient(tracking_uri=store)
     parent = client.get_run(parent_id)
@@ -103,7 +104,12 @@ def test_the_report_stage_logs_a_parent_run_with_the_runs_of_the_pipeline_nested
     assert parent.data.tags["run_key"] == "parent/pipeline" and parent.data.tags["pipeline_run"] == "repro-7"
     assert client.get_run(previous).data.tags["superseded_by"] == parent_id
     assert parent.data.metrics == {"headline/imdb.ppo.llm1.task_reward": 1.5, "headline/imdb.ppo.llm1.kl": 5.0,
-                                   "headline/pass_at_1.ppo": 0.5, "headline/pass_at_2.ppo": 0.75}
+                                   "headline/pass_at_1.ppo": 0.5, "headline/pass_at_2.ppo": 0.75, **headline}
+    # the runs table's shared view: the headline numbers and each training run's llm1 metrics as columns
+    view = json.loads(client.get_experiment(parent.info.experiment_id).tags["mlflow.sharedViewState.headline"])
+    assert view["selectedColumns"] == ["attributes.`Source`", "metrics.`imdb.ppo.reward`",
+                                       "metrics.`math.ppo.pass_at_1`", "metrics.`llm1/task_reward`", "metrics.`llm1/kl`"]
+    assert view["columnWidths"]["metrics.`imdb.ppo.reward`"] == 130 and view["columnOrder"][0] == "attributes.`Run Name`"
     assert parent.data.tags["claim.imdb_kl_ratio"] == "held"
     assert "| imdb/ppo | 1.5 | 5 |   |   |" in parent.data.tags["mlflow.note.content"]
     assert sorted(a.path for a in client.list_artifacts(parent_id, "report")) == ["report/REPORT.md",

@@ -6,6 +6,7 @@ metric history.
 """
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -30,7 +31,11 @@ def test_every_declared_output_exists(smoke_repo):
     assert len(outputs) > 10
     missing = [str(p.relative_to(smoke_repo)) for p in outputs if not p.exists()]
     assert not missing, missing
-    assert all("outputs/smoke" in str(p) or "reports/smoke" in str(p) for p in outputs)
+    # each under the profile's folders, but DVC's views, at one path whatever the profile (cory.report.dvc_views)
+    views = [p.relative_to(smoke_repo).as_posix() for p in outputs if p.relative_to(smoke_repo).parts[0] == "metrics"]
+    assert sorted(views) == ["metrics/figures", "metrics/headline.json"]
+    assert all("outputs/smoke" in str(p) or "reports/smoke" in str(p) for p in outputs
+               if p.relative_to(smoke_repo).parts[0] != "metrics")
 
 
 def test_dvc_status_has_nothing_to_do(smoke_repo):
@@ -94,10 +99,29 @@ def test_mlflow_lists_every_run_with_its_metric_history(smoke_repo):
     assert {"train", "evaluate", "reward_model"} <= stages
 
 
-def test_report_and_figures_exist(smoke_repo):
+def test_report_and_figures_exist_and_the_report_judges_no_claim(smoke_repo):
     reports = smoke_repo / "reports/smoke"
-    assert (reports / "REPORT.md").stat().st_size > 500
+    report = (reports / "REPORT.md").read_text()
+    assert len(report) > 500
     assert len(list(reports.glob("*.png"))) >= 6
+    # report.test_claims: false: said first, and no verdict (nor the rules of one) anywhere
+    assert report.split("\n")[2].startswith("**This profile tests no claim of the paper**")
+    assert "did not hold" not in report and "**held**" not in report and not re.search(r"\bheld\b(?!-out)", report)
+
+
+def test_back_to_the_default_profile_the_workspace_is_clean(smoke_repo, tmp_path):
+    """A user's smoke run on the default profile's commit: git ignores the smoke profile's folders and dvc_plots/,
+    and the switch back restores what the run rewrote outside them (dvc.lock, metrics/)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(smoke_repo, repo, symlinks=True)
+    env = clean_env()
+    sh("git", "reset", "-q", "HEAD~1", cwd=repo)  # the snapshot commit, with the smoke run in the workspace
+    sh("dvc", "plots", "show", cwd=repo, env=env)
+    dirty = sh("git", "status", "--porcelain", cwd=repo).splitlines()
+    assert {line[3:].split("/")[0] for line in dirty} == {"dvc.lock", "params.yaml", "metrics"}, dirty
+    out = sh(sys.executable, "-m", "pipeline.profile", "default", cwd=repo, env=env)
+    assert "restored from the last commit" in out
+    assert sh("git", "status", "--porcelain", cwd=repo) == ""
 
 
 def test_weights_are_kept_apart_from_the_run_files(smoke_repo):

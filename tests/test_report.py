@@ -419,6 +419,7 @@ def test_stage_main_on_a_one_seed_three_iteration_tree_writes_every_figure(tmp_p
     params = SimpleNamespace(profile="fixture", seeds=[0], report=ReportConfig(),  # the sections the stage reads
                              experiments=experiments_of(fixture_experiments(seeds=(0,))))
     monkeypatch.setattr(pipeline.report, "load_params", lambda: params)
+    monkeypatch.setattr(pipeline.report, "changed", lambda: {})  # no params.yaml or profiles/ in tmp_path
     pipeline.report.main()
     reports = tmp_path / "reports" / "fixture"
     for name in FIGURES:
@@ -426,6 +427,9 @@ def test_stage_main_on_a_one_seed_three_iteration_tree_writes_every_figure(tmp_p
     assert "(1 seed)" in (reports / "REPORT.md").read_text()
     timing = json.loads((tmp_path / "outputs" / "fixture" / "metrics" / "timing" / "report.json").read_text())
     assert timing["stage"] == "report"
+    # DVC's views, at the project root whatever the profile: the six numbers and a copy of every figure
+    assert sorted(p.stem for p in (tmp_path / "metrics" / "figures").glob("*.png")) == sorted(FIGURES)
+    assert len(json.loads((tmp_path / "metrics" / "headline.json").read_text())["imdb"]["cory"]) == 2
 
 
 def test_each_tasks_frontier_is_judged_on_its_own_sweep(tmp_path):

@@ -39,7 +39,7 @@ def test_a_band_spans_the_seeds_so_kl_stays_nonnegative(drawn):
     inputs, figures = drawn
     for name in ("fig3_imdb", "fig4_math", "fig6_ablations", "fig_coop_vs_comp"):
         kl_panel = figures[name].figure.axes[1]
-        assert kl_panel.get_title() == "(b) KL divergence"
+        assert kl_panel.get_title().startswith("(b) KL divergence")
         outlines = bands(kl_panel)
         assert outlines and min(o[:, 1].min() for o in outlines) >= 0, name
     # the CORY band reaches the highest seed's KL and the lowest seed's, nothing beyond
@@ -119,11 +119,11 @@ def test_each_tasks_frontier_is_drawn_from_its_own_sweep(drawn):
     assert "mean of 3 seeds" in imdb.figure.axes[0].get_title()
     assert "(group `pareto_math`)" in maths.caption and "the mean of 2 seeds" in maths.caption
     # the points are the math sweep's final values: PPO at eta 0.3 has share correct (0.5 - 0.3) x seed scale
-    ppo = maths.figure.axes[0].lines[0]
+    ppo = maths.figure.axes[0].lines[0]  # the error bars' points, in order of KL
     ppo_runs = inputs.sweeps["math"].runs["ppo"]
     rewards = [np.mean([y[-10:].mean() for y in ppo_runs[eta].curves("llm1/task_reward").values()])
                for eta in (0.01, 0.1, 0.3)]
-    np.testing.assert_allclose(ppo.get_xdata(), rewards)
+    np.testing.assert_allclose(sorted(ppo.get_xdata()), sorted(rewards))
     assert rewards[-1] == pytest.approx(0.2 * 1.01, rel=0.01)
 
 
@@ -157,3 +157,35 @@ def test_the_probe_panel_draws_only_the_iterations_the_probe_ran():
     np.testing.assert_allclose(line.mean, [0.205, 0.255, 0.305, 0.325])
     unprobed = {s: {"llm1/task_reward": np.linspace(0.2, 0.3, 30)} for s in (0, 1)}
     assert probe_panel([(run_of(unprobed), "llm1", "PPO")], "math") is None  # runs without the probe: no panel
+
+
+def test_a_front_joins_the_non_dominated_points_in_order_of_kl_and_marks_the_others():
+    """Joined in order of eta, a series whose KL does not fall with eta zigzags and crosses the others: a front is
+    drawn through the points no other point of its series beats on both task reward and KL."""
+    def point(eta, reward, kl):
+        return plots.FrontierPoint(eta, reward, (reward, reward), kl, (kl, kl))
+
+    points = [point(0.01, 3.0, 30.0), point(0.03, 2.0, 35.0), point(0.1, 2.5, 10.0), point(0.3, 1.0, 3.0)]
+    assert [p.eta for p in plots.front(points)] == [0.3, 0.1, 0.01]  # eta 0.03 is beaten by 0.01 on both
+    fig = plots.pareto_figure({"PPO": points}, "t")
+    ax = fig.axes[0]
+    joined = [line for line in ax.lines if line.get_linestyle() not in ("None", "none", "")]
+    (front,) = joined
+    np.testing.assert_allclose(front.get_xdata(), [1.0, 2.5, 3.0])  # sorted by KL: 3, 10, 30
+    np.testing.assert_allclose(front.get_ydata(), [-3.0, -10.0, -30.0])
+    hollow = [line for line in ax.lines if line.get_markerfacecolor() == "white" and len(line.get_xdata())]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [2.0]
+    labels = fig.legends[0].get_texts()
+    assert "dominated within its series" in [t.get_text() for t in labels]
+    plt.close(fig)
+
+
+def test_fig6_draws_one_row_per_ablation_against_cory(drawn):
+    _, figures = drawn
+    axes = figures["fig6_ablations"].figure.axes
+    assert [ax.get_title() for ax in axes] == ["(a) task reward, w/o KT", "(b) KL divergence, w/o KT",
+                                               "(c) task reward, w/o REx", "(d) KL divergence, w/o REx"]
+    for ax in axes:  # CORY-LLM1 and the ablation's curves with bands; PPO a thin line without one
+        labels = [line.get_label() for line in ax.lines]
+        assert labels[0].startswith("CORY-LLM1") and labels[-1].startswith("PPO")
+        assert len(bands(ax)) == len(labels) - 1 <= 3

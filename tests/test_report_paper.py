@@ -2,6 +2,7 @@
 IMDB group, profiles that test no claim, and a rerun compared claim by claim."""
 
 import json
+import re
 import math
 
 import numpy as np
@@ -98,10 +99,13 @@ def test_a_profile_that_tests_no_claim_shows_numbers_without_verdicts(tmp_path):
     _, claims = write_report(outputs, reports, cfg, experiments_of(fixture_experiments(seeds=(0,))), None, "fixture")
     assert {c.verdict for c in claims} == {NOT_TESTED}
     report = (reports / "REPORT.md").read_text()
-    assert "**This profile tests no claim** (params `report.test_claims: false`)" in report
+    # said at the top, under the title, before anything else
+    assert report.split("\n")[2].startswith("**This profile tests no claim of the paper** (params "
+                                             "`report.test_claims: false`")
     assert report.count("- **Verdict: not tested**: this profile tests no claim") == len(claims)
-    for word in (HELD, NOT_HELD, INCONCLUSIVE):  # the verdict rule names them; no claim gets one
-        assert f"| **{word}** |" not in report and f"| {word} |" not in report and f"Verdict: {word}" not in report
+    for word in (HELD, NOT_HELD, INCONCLUSIVE):  # no claim gets one, and the verdict rules that name them are left out
+        assert f"**{word}**" not in report and f"| {word} |" not in report and f"Verdict: {word}" not in report
+    assert "did not hold" not in report and not re.search(r"\bheld\b(?!-out)", report)
     assert "| PPO final KL |" in report and "(1 seed)" in report  # the numbers are still there
     summary = json.loads((reports / "claims.json").read_text())
     assert {e["verdict"] for entry in summary.values() for e in entry["effects"]} == {NOT_TESTED}

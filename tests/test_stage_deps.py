@@ -58,7 +58,7 @@ def closure(module: str) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        if NOT_FOLLOWED.get(name) == "every stage":
+        if NOT_FOLLOWED.get(name) == "every stage" and name != module:  # the `params` stage runs it: all of it
             continue
         todo.extend(imported_modules(module_file(name)))
     return {str(module_file(name).relative_to(ROOT)) for name in seen}

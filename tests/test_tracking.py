@@ -391,11 +391,18 @@ def test_an_experiments_parent_run_is_named_by_what_it_changed():
     from pipeline.profile import changed_settings, render
 
     params = render("default")
-    assert changed_settings(params) == {} and run_name("default", "0123456789abcdef", {}) == "default 0123456789ab"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    assert changed_settings(params) == {} and run_name("default", commit, {}) == "default 0123456"
     params["train"]["ppo"]["learning_rate"] = 2e-5
     changed = changed_settings(params)
     assert changed == {"train.ppo.learning_rate": 2e-5}
-    assert run_name("default", "0123456789abcdef", changed) == "default 0123456789ab train.ppo.learning_rate=2e-05"
+    assert run_name("default", commit, changed) == "default 0123456 learning_rate=2e-05"
+    # short enough for the runs table: the settings that fit, then how many more (the tag `changed` has them all)
+    params["train"]["ppo"]["init_kl_coef"] = 0.1
+    params["report"]["last_n"] = 5
+    name = run_name("default", commit, changed_settings(params))
+    assert name == "default 0123456 last_n=5 +2"
+    assert run_name("smoke", "smoke-test", {}) == "smoke smoke-test"  # $CORY_PIPELINE_RUN, no commit: as it is
 
 
 def test_an_experiment_is_created_as_a_model_training_one(store):
@@ -409,3 +416,14 @@ def test_an_experiment_is_created_as_a_model_training_one(store):
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
+
+
+def test_a_temp_experiments_runs_go_to_the_repositorys_store():
+    """`dvc exp run --temp` runs the stages in <repository>/.dvc/tmp/exps/<...>/, deleted afterwards: the default
+    store is the repository's."""
+    from pathlib import Path
+
+    from cory.tracking.store import store_root
+
+    assert store_root(Path("/r/.dvc/tmp/exps/standalone/tmp1a2b")) == Path("/r")
+    assert store_root(Path("/r/project")) == Path("/r/project")

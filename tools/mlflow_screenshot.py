@@ -8,7 +8,9 @@ Starts `mlflow ui` on the store of a finished `dvc repro`, waits for it, then, i
    ppo and cory, seed 0), with "Show diff only" on for params and tags: the params that differ between them;
 3. the metric page of `--metric` (default llm1/task_reward) for both runs: one line per run;
 4. the second run's artifact viewer on `samples.json`: the generations as a table (iteration, phase, agent, ...);
-5. the parent run's page: its description, the headline numbers, one row per "<group>/<run>".
+5. the parent run's page: its description, the headline numbers, one row per "<group>/<run>";
+6. the runs table in the view the report stage shares (`?viewStateShareKey=headline`): the headline numbers and
+   llm1/task_reward, llm1/kl as columns, written (small) to --view-out.
 Each page is checked; a failed check is printed and makes the exit status 1. The comparison view, down to its
 Artifacts section, is written to --out (reduced to 256 colours or scaled down past --max-kb), the other pages, full
 size, to --shots. The UI is stopped at the end.
@@ -122,6 +124,7 @@ def current_runs(base: str, experiment_id: str) -> list[dict]:
             break
     for run in runs:
         run["tags"] = {tag["key"]: tag["value"] for tag in run.get("data", {}).get("tags", [])}
+        run["metrics"] = {m["key"]: m["value"] for m in run.get("data", {}).get("metrics", [])}
         run["params"] = {p["key"]: p["value"] for p in run.get("data", {}).get("params", [])}
     return [run for run in runs if run["tags"].get("superseded") != "true"]
 
@@ -330,6 +333,27 @@ def parent_run(page, base: str, experiment_id: str, parent: dict, trained: list[
     full_page(page, shots / "parent_run.png")
 
 
+def headline_view(page, base: str, experiment_id: str, parent: dict, out: Path, max_kb: int, check: Checks) -> None:
+    """The runs table in the shared view (cory.report.pipeline_run.view_url): MLflow shows no metric column by
+    default; this view has the parent run's headline numbers and each training run's llm1 metrics."""
+    page.goto(f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey=headline&workflowType=machine_learning")
+    settle(page, 4)
+    close_assistant(page)
+    expand = page.locator(".ag-row button[data-component-id*='runnamecellrenderer']")
+    if expand.count():  # the shared view does not say which runs are expanded: show the parent's
+        expand.first.click()
+        settle(page, 2)
+    wanted = [key for key in parent["metrics"] if not key.startswith("headline/")] + ["llm1/task_reward"]
+    headers = " ".join(page.locator(".ag-header-cell").all_inner_texts())
+    body = text(page, *wanted)
+    check(bool(wanted) and all(key in headers or key in body for key in wanted),
+          f"the shared view has the headline columns {wanted}")
+    shot = page.screenshot(full_page=False)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(shrink_png(shot, max_kb))
+    print(f"wrote {out} ({out.stat().st_size // 1024} KB)", file=sys.stderr)
+
+
 def samples(page, base: str, experiment_id: str, run: dict, shots: Path, check: Checks) -> None:
     run_id = run["info"]["run_id"]
     page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}/artifacts/samples.json"
@@ -356,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the comparison view's screenshot")
     parser.add_argument("--shots", type=Path, default=Path(tempfile.gettempdir()) / "mlflow_shots",
                         help="folder of the other screenshots")
-    parser.add_argument("--max-kb", type=int, default=400, help="largest --out (scaled down past it)")
+    parser.add_argument("--view-out", type=Path, default=PROJECT_ROOT / "docs" / "img" / "mlflow_runs.png",
+                        help="the runs table in the shared headline view")
+    parser.add_argument("--max-kb", type=int, default=400, help="largest --out and --view-out (scaled down past it)")
     parser.add_argument("--profile", default=default_profile(), help="experiment cory-<profile> (params.yaml's)")
     parser.add_argument("--group", default="imdb")
     parser.add_argument("--runs", default="ppo,cory", help="the two runs of --group to compare")
@@ -401,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             samples(page, base, experiment_id, pair[-1], shots, check)
             if parent is not None:
                 parent_run(page, base, experiment_id, parent, trained, shots, check)
+                headline_view(page, base, experiment_id, parent, args.view_out, args.max_kb, check)
             context.close()
     finally:
         stop_ui(server)

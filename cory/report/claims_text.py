@@ -36,8 +36,9 @@ def verdict_rule(cfg: ReportConfig) -> str:
     )
 
 
-NOT_TESTED_LINE = ("**This profile tests no claim** (params `report.test_claims: false`): every verdict below reads "
-                   f"\"{NOT_TESTED}\"; the numbers are shown, not judged.")
+NOT_TESTED_LINE = ("**This profile tests no claim of the paper** (params `report.test_claims: false`: too few seeds "
+                   "and iterations to judge one): it checks that every stage runs. Every claim below shows its "
+                   f"numbers, and its verdict reads \"{NOT_TESTED}\".")
 
 
 def effect_number(x: float) -> str:

@@ -1,12 +1,21 @@
-"""What DVC shows of a profile's results: one headline metrics file and the curve tables that dvc.yaml's plots draw.
+"""What DVC shows of the results: a few headline numbers and the report's figures, at paths that are the same
+whatever the profile, and each profile's complete final values and curve tables.
 
-The report stage writes them under outputs/<profile>/metrics/ (pipeline.report), git-tracked (cache: false in
-dvc.yaml), so `dvc metrics show|diff` and `dvc plots show|diff` work in a fresh clone without a DVC remote:
+DVC compares two revisions file by file, path by path: `dvc metrics diff`, `dvc plots diff` and `dvc exp show` line
+up the same path at both. So what they read, the report stage writes to metrics/ at the project root whatever the
+profile (`write_dvc_views`), git-tracked (cache: false in dvc.yaml; a DVC experiment's commit holds only files git
+may track, so never a git-ignored profile's outputs/<profile>/):
 
-    headline.json                dvc.yaml `metrics`, the only one: per experiment group, each run's final task reward
-                                 and KL per model; pass@1 and pass@<largest k> of each evaluated model; the reward
-                                 model's held-out accuracy; each base model's validation perplexity; each stage's
-                                 wall time in seconds
+    metrics/headline.json        dvc.yaml `metrics`, the only one: the handful of numbers `dvc exp show` puts in one
+                                 terminal-wide row (DVC_HEADLINE); no timing, which changes at every run
+    metrics/figures/<name>.png   dvc.yaml `plots`: the report's figures (reports/<profile>/*.png), images that a
+                                 browser shows without network, side by side per revision in `dvc plots diff`
+
+and under outputs/<profile>/metrics/ (pipeline.report), the profile's record, git-tracked for the default profile:
+
+    headline.json                per experiment group, each run's final task reward and KL per model; pass@1 and
+                                 pass@<largest k> of each evaluated model; the reward model's held-out accuracy;
+                                 each base model's validation perplexity; each stage's wall time in seconds
     curves/<group>.csv           one row per iteration; a column <run>/<who>/<metric> for each run, model (llm1, llm2,
                                  and for CORY runs the roles pioneer, observer) and metric; a sweep group's runs are
                                  <run>_eta<e>
@@ -33,6 +42,7 @@ import pandas as pd
 
 from cory.report.claims import final_value
 from cory.report.results import SWEEP_TASKS, Inputs, Run, Sweep
+from cory.schema import dotted_leaves
 
 CURVE_METRICS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2", "entropy", "response_length")
 """Per-model curves of each run in curves/<group>.csv (those its history.csv has)."""
@@ -44,6 +54,15 @@ SIGNIFICANT = 6
 """Significant digits written: enough for any comparison, few enough that a diff shows what changed."""
 PARETO_SERIES = {"PPO": ("ppo", "llm1"), "CORY-LLM1": ("cory", "llm1"), "CORY-LLM2": ("cory", "llm2")}
 """Fig. 2(c)'s series: label -> (algorithm of the sweep, model)."""
+DVC_HEADLINE = {
+    "imdb.ppo.reward": "imdb.ppo.llm1.task_reward", "imdb.ppo.kl": "imdb.ppo.llm1.kl",
+    "imdb.cory.reward": "imdb.cory.llm1.task_reward", "imdb.cory.kl": "imdb.cory.llm1.kl",
+    "math.ppo.pass_at_1": "passk.ppo.pass@1", "math.cory.pass_at_1": "passk.cory_llm1.pass@1",
+}
+"""metrics/headline.json: its key -> the key of the profile's headline.json it copies. The paper's comparison in six
+numbers: IMDB's final task reward and KL (Fig. 3) and math pass@1 (Fig. 5) of PPO and CORY's LLM1 (cory = CORY-LLM1);
+short keys, so that `dvc exp show` with a changed param or two fits a terminal, and names that MLflow takes as
+metric names too (no "@"): the MLflow parent run logs them under the same names."""
 
 
 def _round(x: float) -> float | None:
@@ -140,6 +159,30 @@ def headline(inputs: Inputs, last_n: int) -> dict:
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False, float_format=f"%.{SIGNIFICANT}g", quoting=csv.QUOTE_MINIMAL)
+
+
+def dvc_headline(summary: dict) -> dict:
+    """metrics/headline.json from a profile's headline.json (`headline`): DVC_HEADLINE's numbers, nested by their
+    dotted keys; a number the profile lacks is left out."""
+    flat = dotted_leaves(summary)
+    out: dict = {}
+    for short, source in DVC_HEADLINE.items():
+        if flat.get(source) is not None:
+            task, algorithm, metric = short.split(".")
+            out.setdefault(task, {}).setdefault(algorithm, {})[metric] = flat[source]
+    return out
+
+
+def write_dvc_views(summary: dict, figures: list[Path], views_dir: Path) -> list[Path]:
+    """metrics/headline.json (`summary`: `dvc_headline` of the profile's headline) and metrics/figures/ (a copy of
+    each of the report's `figures`; in git one object with the report's own copy) under views_dir; figures no longer
+    drawn are removed. Returns the paths written."""
+    folder = views_dir / "figures"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    written = [Path(shutil.copyfile(figure, folder / figure.name)) for figure in sorted(figures)]
+    (views_dir / "headline.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return [*written, views_dir / "headline.json"]
 
 
 def write_views(inputs: Inputs, metrics_dir: Path, last_n: int) -> list[Path]:

@@ -94,6 +94,27 @@ def _over_seeds(n: int, mark: str = "band", unit: str = "seeds") -> str:
     return f"mean of {n} {unit}, {mark}: {plots.BAND}" if n > 1 else f"1 {unit.removesuffix('s')}"
 
 
+def ablation_rows(imdb: dict[str, Run], smoothing: int) -> list[list[plots.Panel]]:
+    """Fig. 6, a row per ablation (without knowledge transfer; without role exchange, pioneer and observer), each
+    against CORY-LLM1 and PPO (a reference line): five curves and their bands in one panel could not be read."""
+    rows = []
+    for letters, short, ablated in (
+        ("ab", "w/o KT", [(imdb["cory_no_kt"], "llm1", "CORY w/o KT (LLM1)")]),
+        ("cd", "w/o REx", [(imdb["cory_no_rex"], "pioneer", "CORY w/o REx, pioneer"),
+                           (imdb["cory_no_rex"], "observer", "CORY w/o REx, observer")]),
+    ):
+        curves = [(imdb["cory"], "llm1", "CORY-LLM1"), *ablated]
+        row = []
+        for letter, (metric, title, ylabel) in zip(letters, _reward_kl("imdb")):
+            panel_title = f"({letter}) {title.split(') ', 1)[1]}, {short}"
+            reference = series(imdb["ppo"], f"llm1/{metric}", "PPO", smoothing)
+            reference.reference = True
+            row.append(plots.Panel(panel_title, ylabel, [series(run, f"{who}/{metric}", label, smoothing)
+                                                         for run, who, label in curves] + [reference]))
+        rows.append(row)
+    return rows
+
+
 SWEEP_TITLES = {"imdb": "IMDB", "math": "math word problems (GSM8K in the paper)"}
 """Task -> how the title and caption of its Fig. 2(c) name it."""
 
@@ -146,13 +167,11 @@ def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
                                 f"Fig. 3 (reproduced) on {model}: IMDB, PPO vs CORY ({_over_seeds(m)})"),
             f"IMDB on {model} (group `{group}`): task reward, KL and {COMBINED} ({eta}; {ETA_SOURCE}). "
             + (f"Lines: the mean of {m} seeds; shaded bands: {plots.BAND}." if m > 1 else "One seed: no band."))
-    ablations = [(imdb["cory"], "llm1", "CORY-LLM1"), (imdb["cory_no_kt"], "llm1", "CORY w/o KT (LLM1)"),
-                 (imdb["cory_no_rex"], "pioneer", "CORY w/o REx, pioneer"),
-                 (imdb["cory_no_rex"], "observer", "CORY w/o REx, observer"), (imdb["ppo"], "llm1", "PPO")]
     figures["fig6_ablations"] = Drawn(plots.curves_figure(
-        _panels(ablations, _reward_kl("imdb"), k),
+        ablation_rows(imdb, k),
         f"Fig. 6 (reproduced): IMDB ablations of knowledge transfer (KT) and role exchange (REx) ({spread})"),
-        f"IMDB ablations: task reward and KL. {bands}")
+        f"IMDB ablations: task reward and KL, one row per ablation against CORY-LLM1, with PPO as a thin line "
+        f"(no band) to read both against. {bands}")
     coop, comp = imdb["cory"], imdb["cory_competitive"]
     figures["fig_coop_vs_comp"] = Drawn(plots.curves_figure(
         _panels([(coop, "llm1", f"LLM1, cooperative (c = {partner_coef(coop):g})"),

@@ -4,6 +4,8 @@ it."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,21 +74,67 @@ def _nest(client, parent_id: str, profile: str, runs_dir: Path) -> list[str]:
     return children
 
 
+NAME_LENGTH = 40
+"""Characters of a parent run's name the runs table shows untruncated at its default column width, about."""
+
+
 def run_name(profile: str, commit: str, changed: dict[str, Any]) -> str:
     """"<profile> <commit> <setting>=<value> ...": a run of an experiment (`dvc exp run -S ...`) is told from the
-    baseline it varies by the settings it changed."""
-    settings = " ".join(f"{key}={value}" for key, value in changed.items())
-    return f"{profile} {commit[:12]}" + (f" {settings[:200]}" if settings else "")
+    baseline it varies by the settings it changed, each by its last name (learning_rate=2e-05), as many as fit
+    NAME_LENGTH and "+<n>" for the rest (the tag `changed` has them all, by their dotted paths). A commit is shortened
+    to 7 hex digits, as git shows it."""
+    name = f"{profile} {commit[:7] if re.fullmatch(r'[0-9a-f]{40}', commit) else commit}"
+    settings = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in changed.items()]
+    for i, setting in enumerate(settings):
+        if i and len(f"{name} {setting}") > NAME_LENGTH:
+            return f"{name} +{len(settings) - i}"
+        name = f"{name} {setting}"
+    return name
+
+
+VIEW_KEY = "headline"
+"""The runs table's view the report stage shares (the experiment tag mlflow.sharedViewState.<VIEW_KEY>), opened by
+`?viewStateShareKey=<VIEW_KEY>` in the runs page's address (`view_url`)."""
+RUN_COLUMNS = ("llm1/task_reward", "llm1/kl")
+"""Each training run's own metrics beside the headline ones in that view (the last iteration's values)."""
+
+
+def view_state(headline: dict[str, float]) -> dict:
+    """The MLflow UI's runs-table state of VIEW_KEY: the headline numbers (the parent run's) and RUN_COLUMNS as its
+    columns, wide enough for their names and the runs' names "<group>/<run>/seed<k>". MLflow's runs table shows no
+    metric until one is picked under Columns; a shared view is the one way to preselect them (the UI reads the tag's
+    JSON as its `selectedColumns`, `columnWidths`, ...; not which runs are expanded)."""
+    columns = [f"metrics.`{name}`" for name in (*headline, *RUN_COLUMNS)]
+    order = ["attributes.`Run Name`", "attributes.`Created`", "attributes.`Duration`", *columns,
+             "attributes.`Source`"]  # the UI applies the widths along with an order only
+    return {"selectedColumns": ["attributes.`Source`", *columns], "columnOrder": order,
+            "columnWidths": {"attributes.`Run Name`": 300, **{column: 130 for column in columns}}}
+
+
+def view_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The runs table of `experiment_id` in the shared view (and in the "Model training" pages, not MLflow 3's
+    GenAI ones)."""
+    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+
+
+def _share_view(client, parent_id: str, headline: dict[str, float]) -> str:
+    experiment_id = client.get_run(parent_id).info.experiment_id
+    client.set_experiment_tag(experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}",
+                              json.dumps(view_state(headline)))
+    return view_url(experiment_id)
 
 
 def log_pipeline_run(profile: str, metrics: dict[str, float], passk: dict[str, Any], verdicts: dict[str, str],
-                     runs_dir: Path, reports: Path, changed: dict[str, Any] | None = None) -> str | None:
+                     runs_dir: Path, reports: Path, changed: dict[str, Any] | None = None,
+                     headline: dict[str, float] | None = None) -> str | None:
     """The parent run of one `dvc repro`, logged by the report stage once reports/<profile>/ is written; returns its
-    id (None if MLflow is unavailable). Named "<profile> <pipeline_run> <changed settings>" (run_name) and keyed PIPELINE_KEY (the previous
-    pipeline's parent is superseded), it holds the runs' final values (`metrics`: cory.report.dvc_views.run_finals)
+    id (None if MLflow is unavailable). Named "<profile> <pipeline_run> <changed settings>" (run_name) and keyed
+    PIPELINE_KEY (the previous pipeline's parent is superseded), it holds the runs' final values (`metrics`: cory.report.dvc_views.run_finals)
     as metrics at step 0 and as its description, Pass@k of each model (`passk`: eval/passk.json, mean over seeds)
     as "headline/pass_at_<k>.<model>", each claim's verdict as a tag `claim.<key>`, reports/<profile>/ as artifacts
-    under report/, and, nested under it by the tag mlflow.parentRunId, every run the report is made of (_nest)."""
+    under report/, and, nested under it by the tag mlflow.parentRunId, every run the report is made of (_nest).
+    `headline` (metrics/headline.json's numbers by their dotted keys) is logged too, and shared as the runs table's
+    columns (view_state); the stage prints the view's address."""
     tags = {"mlflow.note.content": headline_markdown(metrics, passk, verdicts),
             **{f"claim.{key}": verdict for key, verdict in verdicts.items()},
             **({"changed": ", ".join(f"{k}={v}" for k, v in changed.items())[:5000]} if changed else {})}
@@ -94,8 +142,11 @@ def log_pipeline_run(profile: str, metrics: dict[str, float], passk: dict[str, A
     with start_run("report", {}, tags, name, profile=profile, outputs=reports, key=PIPELINE_KEY,
                    source="pipeline.report") as parent:
         parent.log_metrics({**metrics, **{f"headline/pass_at_{k}.{model}": value for model, result in passk.items()
-                                          for k, value in result["mean"].items()}}, step=0)
+                                          for k, value in result["mean"].items()}, **(headline or {})}, step=0)
         if reports.is_dir():
             parent.log_artifacts(reports, "report")
         parent._call("nest runs", lambda: _nest(parent._client, parent.run_id, profile, runs_dir))
+        url = parent._call("share the runs view", lambda: _share_view(parent._client, parent.run_id, headline or {}))
+        if url:
+            print(f"report: MLflow's runs with the headline numbers as columns: {url} (after `mlflow ui`)")
     return parent.run_id if parent.active else None

@@ -59,6 +59,8 @@ class Series:
     low: np.ndarray | None = None
     high: np.ndarray | None = None
     n_seeds: int = 1
+    reference: bool = False
+    """A curve to read the others against (PPO beside the ablations): a thin line, no band."""
 
 
 @dataclass
@@ -109,24 +111,31 @@ def _draw(ax, series: Series, index: int, markers: bool = False) -> None:
     x, mean = np.asarray(series.x, float), np.asarray(series.mean, float)
     label = series.label if series.n_seeds <= 1 else f"{series.label} ({series.n_seeds} seeds)"
     # Markers on short curves only: on 100 iterations they would hide the line.
-    ax.plot(x, mean, color=colour, linestyle=linestyle, linewidth=1.8, label=label,
-            marker=marker if markers or len(x) <= 12 else None, markersize=5)
-    if series.low is not None and series.high is not None and series.n_seeds > 1:
+    ax.plot(x, mean, color=colour, linestyle=linestyle, linewidth=1.0 if series.reference else 1.8, label=label,
+            marker=marker if markers or len(x) <= 12 else None, markersize=5, alpha=0.8 if series.reference else 1)
+    if series.low is not None and series.high is not None and series.n_seeds > 1 and not series.reference:
         ax.fill_between(x, np.asarray(series.low, float), np.asarray(series.high, float), color=colour, alpha=0.18,
                         linewidth=0)
 
 
-def curves_figure(panels: list[Panel], title: str) -> Figure:
-    """Panels side by side, each with mean curves and min-max bands over x (Figs. 3, 4, 6, cooperation, diversity)."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.8), squeeze=False)
-    for ax, panel in zip(axes[0], panels):
-        for i, series in enumerate(panel.series):
-            _draw(ax, series, i)
-        ax.set_title(panel.title, fontsize=11)
-        ax.set_xlabel(panel.xlabel)
-        ax.set_ylabel(panel.ylabel)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
-        ax.grid(alpha=0.3)
+def curves_figure(panels: list[Panel] | list[list[Panel]], title: str) -> Figure:
+    """Panels side by side, each with mean curves and min-max bands over x (Figs. 3, 4, cooperation, diversity); a
+    list of rows of panels draws one row each (Fig. 6: an ablation per row, against the same CORY curve, so that no
+    panel stacks more than three bands)."""
+    rows = panels if panels and isinstance(panels[0], list) else [panels]
+    ncols = max(len(row) for row in rows)
+    fig, axes = plt.subplots(len(rows), ncols, figsize=(5.0 * ncols, 3.6 * len(rows) + 0.2), squeeze=False)
+    for row, row_axes in zip(rows, axes):
+        for ax, panel in zip(row_axes, row):
+            for i, series in enumerate(panel.series):
+                _draw(ax, series, i)
+            ax.set_title(panel.title, fontsize=11)
+            ax.set_xlabel(panel.xlabel)
+            ax.set_ylabel(panel.ylabel)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
+            ax.grid(alpha=0.3)
+        for ax in row_axes[len(row):]:
+            ax.set_visible(False)
     fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     _legend_below(fig, axes)
@@ -211,21 +220,42 @@ def place_labels(ax, labels: list[tuple[float, float, str, str]], avoid: list[tu
     return placed
 
 
+def front(points: list[FrontierPoint]) -> list[FrontierPoint]:
+    """The points of one series that no other of its points dominates (as high a task reward at as low a KL, one of
+    them strictly better), sorted by KL: what joining the points makes a Pareto front."""
+    return [p for p in sorted(points, key=lambda p: (p.kl, -p.reward))
+            if not any(q.reward >= p.reward and q.kl <= p.kl and (q.reward > p.reward or q.kl < p.kl) for q in points)]
+
+
 def pareto_figure(frontiers: dict[str, list[FrontierPoint]], title: str,
                   xlabel: str = "task reward after training (higher is better)") -> Figure:
     """Fig. 2(c): final task reward (x, labelled `xlabel`: what the task's reward is) against -KL (y), one point per
-    eta with min-max error bars over seeds, joined in order of eta. Every point is labelled with its eta in its
-    frontier's colour, the labels set apart (`place_labels`)."""
+    eta with min-max error bars over seeds. Each series' front (`front`: its non-dominated points, in order of KL) is
+    joined by a line; a point that another of its series dominates is drawn hollow, off the line (joined in order
+    of eta, fronts would zigzag and cross). Every point is labelled with its eta in its series' colour, the labels
+    set apart (`place_labels`)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    dominated_seen = False
     for i, (label, points) in enumerate(frontiers.items()):
         colour, linestyle, marker = style(label, i)
-        points = sorted(points, key=lambda p: p.eta)
+        points = sorted(points, key=lambda p: p.kl)
         reward, kl = np.array([p.reward for p in points]), np.array([p.kl for p in points])
         reward_range, kl_range = np.array([p.reward_range for p in points]), np.array([p.kl_range for p in points])
         # error bars are distances below and above the point; the y axis is -KL, so KL's highest seed lies below
         ax.errorbar(reward, -kl, xerr=[reward - reward_range[:, 0], reward_range[:, 1] - reward],
-                    yerr=[kl_range[:, 1] - kl, kl - kl_range[:, 0]], color=colour, linestyle=linestyle,
-                    marker=marker, markersize=MARKER_SIZE, capsize=3, label=label)
+                    yerr=[kl_range[:, 1] - kl, kl - kl_range[:, 0]], color=colour, linestyle="none", capsize=3,
+                    alpha=0.6, linewidth=1)
+        best = front(points)
+        ax.plot([p.reward for p in best], [-p.kl for p in best], color=colour, linestyle=linestyle, marker=marker,
+                markersize=MARKER_SIZE, label=label)
+        dominated = [p for p in points if p not in best]
+        if dominated:
+            dominated_seen = True
+            ax.plot([p.reward for p in dominated], [-p.kl for p in dominated], linestyle="none", marker=marker,
+                    markersize=MARKER_SIZE, markerfacecolor="white", markeredgecolor=colour, markeredgewidth=1.5)
+    if dominated_seen:  # what a hollow marker means, once
+        ax.plot([], [], linestyle="none", marker="o", markersize=MARKER_SIZE, markerfacecolor="white",
+                markeredgecolor="black", label="dominated within its series")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(r"$-$KL$(\pi_\theta \,\|\, \pi_0)$ after training (higher is better)")
     ax.set_title(title, fontsize=12)

@@ -16,8 +16,19 @@ from typing import Any
 from cory.tracking.tags import PROJECT_ROOT
 
 
+def store_root(root: Path = PROJECT_ROOT) -> Path:
+    """Where the default store lives: the project root, or, for a `dvc exp run --temp` (which runs the stages in a
+    copy of the repository at <repository>/.dvc/tmp/exps/<...>/, deleted afterwards), the repository's root, so that
+    the experiment's runs land in the store the user opens."""
+    parts = root.parts
+    for i in range(len(parts) - 2):
+        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return root
+
+
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store_root() / 'mlflow.db'}"
 
 
 def _check_reachable(uri: str) -> None:
