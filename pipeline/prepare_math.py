@@ -22,6 +22,7 @@ from cory.tasks.rewards import gsm8k_answer
 from pipeline.common import require_device, run_stage, stage_timer, write_json, write_jsonl
 from pipeline.params import load_params
 from pipeline.paths import ROOT, out_dir
+from pipeline.single_writer import stage_lock
 
 SPLITS = ("pretrain", "rl", "test")
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -110,7 +111,7 @@ def split_stats(rows: list[dict[str, str]]) -> dict[str, float]:
 def main() -> None:
     params = load_params()
     require_device(params, computes=False)
-    with stage_timer(params, "prepare_math"):
+    with stage_lock(params, "prepare_math"), stage_timer(params, "prepare_math"):  # one writer (pipeline.single_writer)
         cfg = params.data.math
         splits = prepare_math(cfg)
         out = out_dir(params, "data", "math")

@@ -25,7 +25,6 @@ Every config, model and prompt file is checked before the first run starts.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -33,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 
+from cory.files import mismatch, read_json
 from cory.runs.config import Job, TaskConfig
 from cory.runs.run import run_training
 from cory.schema import ConfigError, to_dict
@@ -41,7 +41,8 @@ from pipeline.gpus import error_line, processes_at_once, run_at_once, visible_gp
 from pipeline.params import Params, load_params
 from pipeline.paths import ROOT, out_dir
 from pipeline.sections import REWARD
-from pipeline.units import code_digest, content_digest, digest, remove_stale
+from pipeline.single_writer import stage_lock
+from pipeline.units import code_digest, content_digest, digest, model_digest, remove_stale
 
 
 def model_path(params: Params, name: str | None) -> str | None:
@@ -136,21 +137,36 @@ def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dic
 def fingerprint(job: Job, code: str) -> str:
     """What a run's result depends on, hashed (see the module docstring); paths enter by content, not by name."""
     task = {k: v for k, v in to_dict(job.task).items() if k not in ("model", "reward_model", "prompts")}
-    inputs = [job.model, job.task.prompts] + ([job.task.reward_model] if job.task.reward_model else [])
+    models = [job.model] + ([job.task.reward_model] if job.task.reward_model else [])
+    # the models by their weights, config and tokenizer, not their training records (which hold wall-clock seconds)
     parts = {"run": job.name, "seed": job.seed, "train": to_dict(job.train), "task": task, "code": code,
-             "save_models": job.save_models, "inputs": [content_digest(p) for p in inputs]}
+             "save_models": job.save_models,
+             "inputs": [model_digest(models[0]), content_digest(job.task.prompts), *map(model_digest, models[1:])]}
     return digest(parts)
 
 
 def finished_summary(job: Job) -> dict | None:
-    """The summary of a finished run of this very fingerprint (with its saved agents, if it saves them), else None."""
+    """The summary of a finished run of this very fingerprint whose files (and saved agents, if it saves them) are
+    still those it wrote (cory.runs.run records them in summary.json), else None. A damaged file is said, naming it:
+    the run is trained again, and the other runs go on."""
     path = Path(job.run_dir) / "summary.json"
     if not path.is_file():
         return None
-    summary = json.loads(path.read_text())
-    agents = [Path(job.checkpoint_dir) / f"llm{i + 1}" / "config.json" for i in range(job.train.cory.n_agents)]
-    if summary.get("fingerprint") != job.fingerprint or (job.save_models and not all(a.is_file() for a in agents)):
+    try:
+        summary = read_json(path)
+    except ValueError as exc:
+        print(f"[train] {job.name}: {exc}: trained again", flush=True)
         return None
+    if summary.get("fingerprint") != job.fingerprint:
+        return None
+    records = [(job.run_dir, summary.get("files"))]
+    if job.save_models:
+        records.append((job.checkpoint_dir, summary.get("saved_files")))
+    for folder, files in records:
+        damaged = f"{path}: lists no files to check" if not files else mismatch(folder, files)
+        if damaged:
+            print(f"[train] {job.name}: {damaged}: trained again", flush=True)
+            return None
     return summary
 
 
@@ -164,9 +180,7 @@ def with_final(job: Job, summary: dict, last_n: int) -> dict:
     if summary.get("last_n") == n:
         return summary
     summary = {**summary, "final": MetricsWriter.of_history(job.run_dir).final_values(n), "last_n": n}
-    with open(Path(job.run_dir) / "summary.json", "w") as fh:  # as MetricsWriter.summary writes it
-        json.dump(summary, fh, indent=2, sort_keys=True)
-        fh.write("\n")
+    write_json(Path(job.run_dir) / "summary.json", summary)  # as MetricsWriter.summary writes it
     return summary
 
 
@@ -175,13 +189,19 @@ def plan(jobs: list[Job]) -> tuple[dict[str, dict], list[Job]]:
     fingerprint; every other unfinished job starts from nothing (its old folders are deleted)."""
     from cory.rl.checkpoint import checkpoint_extra
 
+    from cory.rl.checkpoint import CheckpointError
+
     done, todo = {}, []
     for job in jobs:
         summary = finished_summary(job)
         if summary is not None:
             done[job.name] = summary
             continue
-        extra = checkpoint_extra(Path(job.checkpoint_dir) / "resume")
+        try:
+            extra = checkpoint_extra(Path(job.checkpoint_dir) / "resume")
+        except CheckpointError as exc:  # this run starts over; the others go on
+            print(f"[train] {job.name}: {exc}: the run starts over", flush=True)
+            extra = None
         if extra is None or extra.get("fingerprint") != job.fingerprint:
             shutil.rmtree(job.run_dir, ignore_errors=True)
             shutil.rmtree(job.checkpoint_dir, ignore_errors=True)
@@ -270,18 +290,24 @@ def stage_jobs(params: Params, groups: list[str]) -> list[Job]:
 def main(argv: list[str]) -> None:
     params = load_params()
     require_device(params)
-    runtime, last_n = params.runtime, params.report.last_n
     groups = argv or list(params.experiments)
     unknown = [group for group in groups if group not in params.experiments]
     if unknown:
         raise ConfigError(f"experiments.{unknown[0]}: no such experiment group "
                           f"(known: {', '.join(params.experiments)})")
+    with stage_lock(params, "train"):  # one writer of the profile's outputs (pipeline.single_writer)
+        train_groups(params, groups, owns_all=not argv)
+
+
+def train_groups(params: Params, groups: list[str], owns_all: bool) -> None:
+    """The stage's work on `groups` (`owns_all`: every group of params, whose folders are then all the stage's)."""
+    runtime, last_n = params.runtime, params.report.last_n
     tasks = {group: params.experiments[group].task for group in groups}  # group -> task name: its runs' MLflow param
     jobs = stage_jobs(params, groups)
     runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
     checkpoints_root.mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
     # Every group's folder is ours when the stage runs them all: a group gone from params goes from the outputs too.
-    owned = groups if argv else sorted({p.name for p in runs_root.glob("*")} | {p.name for p in checkpoints_root.glob("*")})
+    owned = groups if not owns_all else sorted({p.name for p in runs_root.glob("*")} | {p.name for p in checkpoints_root.glob("*")})
     stale = remove_stale(runs_root, jobs, owned, "run_dir") + remove_stale(checkpoints_root, jobs, owned, "checkpoint_dir")
     done, todo = plan(jobs)
     by_name = {job.name: job for job in jobs}  # a kept run's final values follow report.last_n

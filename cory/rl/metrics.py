@@ -10,11 +10,12 @@ and `observer/` follow the role, so after a role exchange `pioneer/kl` continues
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
+
+from cory.files import write_json, write_jsonl
 
 IDENTITIES = {
     "llm1": "LLM1, the model copy that starts as pioneer (follows the model across role exchanges)",
@@ -166,8 +167,8 @@ class MetricsWriter:
                 f"{self.history_path}: {', '.join(extra)} not among the columns of the first row; log every key "
                 "from the first iteration on"
             )
-        with open(self.history_path, "a", newline="") as fh:
-            csv.writer(fh).writerow([_cell(row[key]) if key in row else "" for key in self.columns])
+        with open(self.history_path, "a", newline="") as fh:  # a None value (nothing measured) is an empty cell
+            csv.writer(fh).writerow([_cell(row[key]) if row.get(key) is not None else "" for key in self.columns])
         self.rows.append(row)
 
     @classmethod
@@ -203,7 +204,7 @@ class MetricsWriter:
         tail = self.rows[-last_n:]
         final = {}
         for key in self.columns or []:
-            values = [float(row[key]) for row in tail if key in row]
+            values = [float(row[key]) for row in tail if row.get(key) is not None]
             if values and key != "iteration":
                 mean = sum(values) / len(values)
                 final[key] = mean if math.isfinite(mean) else None
@@ -216,13 +217,10 @@ class MetricsWriter:
         if clash:
             raise ValueError(f"summary(): {', '.join(sorted(clash))} is reserved")
         summary = {"final": self.final_values(last_n), "iterations": len(self.rows), "last_n": last_n, **extra}
-        with open(self.run_dir / "summary.json", "w") as fh:
-            json.dump(summary, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+        write_json(self.run_dir / "summary.json", summary)  # atomically: a kill leaves the old one or this one
         return summary
 
     def samples(self, rows: list[dict[str, Any]]) -> None:
-        """Write samples.jsonl: one JSON object per generation (free-form columns such as query, response, score)."""
-        with open(self.run_dir / "samples.jsonl", "w") as fh:
-            for row in rows:
-                fh.write(json.dumps(row) + "\n")
+        """Write samples.jsonl: one JSON object per generation (free-form columns such as query, response, score),
+        a score that is not finite as null (strict JSON)."""
+        write_jsonl(self.run_dir / "samples.jsonl", rows)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from cory.files import atomic_write, folder_records
 from cory.runs.config import Job
 from cory.schema import to_dict
 
@@ -133,7 +134,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     <checkpoint_dir>/resume/, and a run that finds a checkpoint of its own fingerprint there continues from it: the
     history it ends with is the one an uninterrupted run of the same seed writes. The checkpoint is deleted when the
     run completes."""
-    run = _setup(job, device)
+    run = _setup_or_start_over(job, device)
     samples, first, spent = _resume(run, tracker)
     samples = _train(run, samples, first, spent, tracker, log_every, checkpoint_every)
     return _finish(run, samples, first, spent, tracker, last_n)
@@ -169,6 +170,24 @@ def _setup(job: Job, device: str) -> _Run:
     return _Run(job, device, phase, start, queries, answers, tokenizer, trainer, writer, resumed)
 
 
+def _setup_or_start_over(job: Job, device: str) -> _Run:
+    """`_setup`; where the run's resume checkpoint cannot be loaded (cory.rl.checkpoint.CheckpointError, naming the
+    file), the run starts over from nothing (its checkpoint and run folder deleted, the trainer built again: the
+    half-restored one is dropped), as a run without a checkpoint would: one damaged checkpoint costs its run's
+    iterations so far, never the stage."""
+    from cory.rl.checkpoint import CheckpointError
+
+    try:
+        return _setup(job, device)
+    except CheckpointError as exc:
+        reason = str(exc)  # the half-restored trainer goes with the exception, at the end of this block
+    resume = Path(job.checkpoint_dir or job.run_dir) / "resume"
+    print(f"[train] {job.name}: {reason}: the run starts over", flush=True)
+    shutil.rmtree(resume, ignore_errors=True)
+    shutil.rmtree(job.run_dir, ignore_errors=True)
+    return _setup(job, device)
+
+
 def _resume(run: _Run, tracker) -> tuple[list[dict], int, float]:
     """(the samples logged so far, the first iteration to train, the seconds spent before): a new run writes its
     config and provenance and samples LLM1 alone before training; a resumed one takes them from its checkpoint and
@@ -181,9 +200,9 @@ def _resume(run: _Run, tracker) -> tuple[list[dict], int, float]:
                          f"{resumed.get('fingerprint')!r}, this run's {job.fingerprint!r}); delete it to start over")
     if resumed is None:
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        (run.run_dir / "config.json").write_text(json.dumps(to_dict(job.train), indent=2) + "\n")
-        (run.run_dir / "provenance.json").write_text(
-            json.dumps({"run": job.name, "model": job.model, **provenance(run.device)}, indent=2) + "\n")
+        atomic_write(run.run_dir / "config.json", json.dumps(to_dict(job.train), indent=2) + "\n")
+        atomic_write(run.run_dir / "provenance.json",
+                     json.dumps({"run": job.name, "model": job.model, **provenance(run.device)}, indent=2) + "\n")
         with run.phase("samples"):
             return run.trainer.generate_alone(*run.fixed, iteration=-1), 0, 0.0
     first = run.trainer.iteration
@@ -236,11 +255,18 @@ def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker, l
     job, trainer, phase = run.job, run.trainer, run.phase
     with phase("samples"):
         samples += trainer.generate_alone(*run.fixed, iteration=job.train.iterations)
+    saved = Path(job.checkpoint_dir or run.run_dir)
     with phase("save"):
         run.writer.samples(samples)
         if job.save_models:
             for agent in trainer.agents:
-                agent.save(Path(job.checkpoint_dir or run.run_dir) / agent.name, run.tokenizer)
+                agent.save(saved / agent.name, run.tokenizer)
+        # what the run wrote, recorded in its summary: a rerun keeps the run only while its files are these
+        # (pipeline.train.finished_summary); summary.json itself, written last, is not among them
+        files = folder_records(run.run_dir, leave_out=("summary.json",), lines=("history.csv",))
+        agents = [agent.name for agent in trainer.agents] if job.save_models else []
+        saved_files = {f"{name}/{file}": record for name in agents
+                       for file, record in folder_records(saved / name).items()}
     # Peak GPU memory this run's tensors held (one process; the train stage runs runtime.workers of them at once).
     cuda = torch.device(run.device).type == "cuda"
     peak = torch.cuda.max_memory_allocated(run.device) / 2**30 if cuda else None
@@ -249,7 +275,8 @@ def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker, l
                                  fingerprint=job.fingerprint, resumed_after=None if run.resumed is None else first - 1,
                                  phase_seconds={name: round(seconds, 2) for name, seconds in phase.totals.items()},
                                  decoding_shapes={agent.name: cache_shapes(agent.compute_lm)
-                                                  for agent in trainer.agents})
+                                                  for agent in trainer.agents},
+                                 files=files, **({"saved_files": saved_files} if job.save_models else {}))
     shutil.rmtree(run.resume_dir, ignore_errors=True)  # summary.json marks the run complete: nothing left to resume
     if tracker is not None:
         tracker.log_samples(run.run_dir / "samples.jsonl", job.train.iterations)
