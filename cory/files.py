@@ -15,7 +15,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
@@ -118,3 +118,29 @@ def mismatch(folder: str | os.PathLike, records: dict[str, dict[str, Any]]) -> s
         if have["sha256"] != want["sha256"]:
             return f"{path}: its content differs from the recorded sha256"
     return None
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) of each non-blank line of a jsonl file. A line that is not a JSON object is one ValueError
+    naming the file and the line, so a corrupt file is found where it is corrupt, not where a row is first used."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: file not found")
+    with open(path, "rb") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line.rstrip(b"\r\n"))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not UTF-8 text ({exc.reason})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            yield number, row
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of a jsonl file (errors as `iter_jsonl`'s)."""
+    return [row for _, row in iter_jsonl(path)]

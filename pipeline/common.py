@@ -55,12 +55,10 @@ write_jsonl = files.write_jsonl
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a file an earlier stage wrote (cory.tasks.imdb.read_jsonl: a bad line names the file and line)."""
-    from cory.tasks.imdb import read_jsonl as read_rows  # here, not at the top: it imports pandas
-
+    """The rows of a file an earlier stage wrote (cory.files.read_jsonl: a bad line names the file and line)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: file not found (did its DVC stage run?)")
-    return read_rows(path)
+    return files.read_jsonl(path)
 
 
 def peak_memory() -> dict[str, float | None]:

@@ -35,7 +35,7 @@ from cory.schema import to_dict
 def load_queries(path: str | Path) -> tuple[list[str], list[str] | None]:
     """RL prompts from a jsonl file: (queries, gold answers or None). Rows hold "query" (or GSM8K's "question") and,
     if the first row has one, every row an "answer"; a bad row is one error naming the file and its line."""
-    from cory.tasks.imdb import iter_jsonl
+    from cory.files import iter_jsonl
     from cory.tasks.rewards import gsm8k_answer
 
     path = Path(path)
