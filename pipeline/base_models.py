@@ -159,7 +159,7 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: Params, device: st
     else:
         setting = f"base_models.{name}.source"
         model = load_pretrained(transformers.AutoModelForCausalLM.from_pretrained, cfg.source, setting)
-        tokenizer = load_pretrained(load_tokenizer, cfg.source, setting)
+        tokenizer = load_tokenizer(cfg.source, setting)
         result = {"params": count_parameters(model)}
     model_dir = out_dir(params, "models", name)
     started = time.perf_counter()

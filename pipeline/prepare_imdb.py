@@ -22,7 +22,7 @@ from pipeline.single_writer import stage_lock
 
 def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
     """The three row lists ("train", "validation", "prompts") and their stats."""
-    tokenizer = load_tokenizer(cfg.tokenizer)
+    tokenizer = load_tokenizer(cfg.tokenizer, "data.imdb.tokenizer")
     train, validation = split_imdb(load_imdb(cfg), cfg)
     prompts = build_prompts(train, tokenizer, cfg, cfg.prompt_seed)
     splits = {"train": train.to_list(), "validation": validation.to_list(), "prompts": prompts}

@@ -33,6 +33,7 @@ from pathlib import Path
 
 
 from cory.files import mismatch, read_json
+from cory.hf import is_hub_name, load_pretrained
 from cory.runs.config import Job, TaskConfig
 from cory.runs.run import run_training
 from cory.schema import ConfigError, to_dict
@@ -78,10 +79,51 @@ def check_prompts(jobs: list[Job]) -> None:
                 f"{job.task.prompts} holds only {have} prompts")
 
 
-def check_models(jobs: list[Job]) -> None:
-    for path in sorted({j.model for j in jobs} | {j.task.reward_model for j in jobs if j.task.reward_model}):
-        if path.startswith(str(ROOT)) and not Path(path).is_dir():
-            raise FileNotFoundError(f"{path}: model folder not found (the base_models stage trains it)")
+def model_setting(params: Params, job: Job) -> str:
+    """The setting that names a job's model: its run's `model`, or its task's."""
+    runs = params.experiments[job.group].runs
+    run = job.run if job.run in runs else job.run.rsplit("_eta", 1)[0]  # a sweep's runs are <run>_eta<eta>
+    if run in runs and runs[run].model is not None:
+        return f"experiments.{job.group}.runs.{run}.model"
+    return f"tasks.{params.experiments[job.group].task}.model"
+
+
+def check_models(params: Params, jobs: list[Job]) -> None:
+    """Every model and reward model a run loads is there before any run starts, one error naming its setting
+    otherwise: a folder the base_models stage writes, another local folder, or a hub name that the hub (or, offline,
+    the local cache) serves, found out in seconds (cory.hf.load_pretrained), not once per run."""
+    named: dict[str, str] = {}
+    for job in jobs:
+        named.setdefault(job.model, model_setting(params, job))
+        if job.task.reward_model:
+            named.setdefault(job.task.reward_model, f"tasks.{params.experiments[job.group].task}.reward_model")
+    for path, setting in sorted(named.items()):
+        if Path(path).is_dir():
+            continue
+        if path.startswith(str(ROOT / "outputs")):
+            raise FileNotFoundError(f"{setting}: {path}: model folder not found (the base_models stage trains it)")
+        if not is_hub_name(path):
+            raise FileNotFoundError(f"{setting}: {path}: no such model folder")
+        import transformers  # here: only a hub name needs it, and its import is seconds of the stage's start
+
+        load_pretrained(transformers.AutoConfig.from_pretrained, path, setting)
+
+
+def check_positions(jobs: list[Job]) -> None:
+    """Each run's longest response leaves room for a prompt in its model's positions, for the models in local folders
+    (their config.json; validation has checked the models trained here, and run_training checks a hub model's once
+    loaded)."""
+    for job in jobs:
+        config = Path(job.model) / "config.json"
+        if not config.is_file():
+            continue
+        shape = read_json(config)
+        positions = shape.get("max_position_embeddings") or shape.get("n_positions")
+        longest = job.train.ppo.generation.response_length[1]
+        if positions and longest >= positions:
+            raise ConfigError(f"experiments.{job.group}.runs.{job.run}: train.ppo.generation.response_length: "
+                              f"{longest} new tokens leave no room for a prompt in the {positions} positions of "
+                              f"{job.model}")
 
 
 def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str], mps: bool = False
@@ -281,7 +323,8 @@ def stage_jobs(params: Params, groups: list[str]) -> list[Job]:
     jobs = [replace(job, task=tasks[params.experiments[group].task], model=model_path(params, job.model),
                     run_dir=str(out_dir(params, job.run_dir)), checkpoint_dir=str(out_dir(params, job.checkpoint_dir)))
             for group in groups for job in params.jobs[group]]
-    check_models(jobs)
+    check_models(params, jobs)
+    check_positions(jobs)
     check_prompts(jobs)
     code = code_digest("train")
     return [replace(job, fingerprint=fingerprint(job, code)) for job in jobs]

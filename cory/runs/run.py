@@ -29,7 +29,7 @@ import numpy as np
 
 from cory.files import atomic_write, folder_records
 from cory.runs.config import Job
-from cory.schema import to_dict
+from cory.schema import ConfigError, to_dict
 
 
 def load_queries(path: str | Path) -> tuple[list[str], list[str] | None]:
@@ -88,6 +88,17 @@ def load_lm(name_or_path: str, device: str, load_in_4bit: bool = False):
         quantization = {"quantization_config": nf4_quantization_config(device), "device_map": {"": device}}
         return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", **quantization)
     return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model").to(device)
+
+
+def check_positions(job: Job, lm) -> None:
+    """The run's longest response leaves room for a prompt in the loaded model's positions (the train stage checks
+    models in local folders before any run starts; a hub model's are known here, before its first iteration)."""
+    from cory.rl.decoding import model_positions
+
+    positions, longest = model_positions(lm), job.train.ppo.generation.response_length[1]
+    if positions is not None and longest >= positions:
+        raise ConfigError(f"train.ppo.generation.response_length: {longest} new tokens leave no room for a prompt in "
+                          f"the {positions} positions of {job.model} (run {job.name})")
 
 
 @dataclass
@@ -158,8 +169,9 @@ def _setup(job: Job, device: str) -> _Run:
     phase = PhaseTimer(device)  # where this process's wall time went, in summary.json's phase_seconds
     with phase("setup"):
         queries, answers = load_queries(job.task.prompts)
-        tokenizer = load_tokenizer(job.model)
+        tokenizer = load_tokenizer(job.model, "model")
         lm = load_lm(job.model, device, job.train.load_in_4bit)
+        check_positions(job, lm)
         if job.task.reward == "sentiment":
             reward = build_reward("sentiment", model_name_or_path=job.task.reward_model, device=device)
         else:

@@ -77,6 +77,9 @@ def _read_local(path: Path) -> pd.DataFrame:
 
 
 def _read_hub(name: str) -> pd.DataFrame:
+    from cory.hf import offline_unless_reachable
+
+    offline_unless_reachable()  # before datasets reads $HF_HUB_OFFLINE: offline, its cache or one quick error
     import datasets
 
     try:
