@@ -14,3 +14,15 @@ from smoke import reproduce_smoke  # noqa: E402
 def smoke_repo(tmp_path_factory):
     """One `dvc repro` of the smoke profile for the whole session (tests/smoke.py): tests that change it copy it."""
     return reproduce_smoke(tmp_path_factory.mktemp("smoke") / "repo")
+
+
+@pytest.fixture(autouse=True)
+def mlflow_on_again():
+    """A stage process turns MLflow off for good at its first failure (cory.tracking.store.warn); the tests share one
+    process, so each starts with it on."""
+    yield
+    import sys
+
+    store = sys.modules.get("cory.tracking.store")
+    if store is not None:
+        store.forget_warning()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cory.files import read_jsonl
-from cory.tracking.store import create_run, experiment_of, mlflow_client, warn
+from cory.tracking.store import create_run, experiment_of, mlflow_client, unavailable, warn
 from cory.tracking.tags import flatten, git_commit, main_module, run_tags
 
 
@@ -170,6 +170,8 @@ def _open_run(
         **(tags or {}),
     }
     tracker = Tracker(None, None, outputs)
+    if unavailable() is not None:
+        return tracker  # this process has warned already, and logs nothing more
     try:
         all_tags = run_tags(stage, profile, params, commit=git_commit(), source=source or main_module(), key=key,
                             extra=extra)
