@@ -49,8 +49,8 @@ def test_an_edited_params_yaml_is_valid_params(tmp_path, default):
     """params.yaml is a working copy: the edit `dvc exp run -S train.ppo.learning_rate=2e-5` makes (DVC writes YAML
     1.2, `2e-05`, which YAML 1.1 reads as a string) is read like any params file, and nothing compares it with the
     profiles."""
-    text = (ROOT / "params.yaml").read_text().replace("learning_rate: 1.41e-05", "learning_rate: 2e-05", 1)
-    assert text != (ROOT / "params.yaml").read_text()
+    text = committed_params_yaml().replace("learning_rate: 1.41e-05", "learning_rate: 2e-05", 1)
+    assert text != committed_params_yaml()
     path = tmp_path / "params.yaml"
     path.write_text(text)
     assert load_params(path).train.ppo.learning_rate == 2e-5
