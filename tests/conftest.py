@@ -26,3 +26,24 @@ def mlflow_on_again():
     store = sys.modules.get("cory.tracking.store")
     if store is not None:
         store.forget_warning()
+
+
+@pytest.fixture(autouse=True)
+def hub_mode_restored():
+    """cory.hf.offline_unless_reachable puts a stage process offline for good where the hub does not answer; each
+    test starts in the mode the session started in."""
+    import os
+    import sys
+
+    before = os.environ.get("HF_HUB_OFFLINE")
+    modules = {name: getattr(sys.modules[name], "HF_HUB_OFFLINE", None)
+               for name in ("huggingface_hub.constants", "datasets.config") if name in sys.modules}
+    yield
+    if before is None:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    else:
+        os.environ["HF_HUB_OFFLINE"] = before
+    offline = (before or "").strip().lower() in ("1", "true", "yes", "on")  # as the libraries read it at import
+    for name in ("huggingface_hub.constants", "datasets.config"):
+        if name in sys.modules:
+            sys.modules[name].HF_HUB_OFFLINE = modules.get(name, offline)
