@@ -121,6 +121,15 @@ def test_a_damaged_checkpoint_is_named_and_its_run_starts_over(task, tmp_path, m
     assert history(tmp_path / "killed/run") == history(tmp_path / "whole/run")
 
 
+def test_a_killed_runs_history_shorter_than_its_checkpoint_restarts_the_run(task, tmp_path, monkeypatch, capsys):  # noqa: F811
+    killed = killed_run(task, tmp_path, monkeypatch)
+    history_csv = Path(killed.run_dir) / "history.csv"
+    history_csv.write_text("".join(history_csv.read_text().splitlines(True)[:3]))  # 2 rows; the checkpoint covers 4
+    summary = run_training(killed, "cpu", checkpoint_every=2)
+    assert f"{history_csv}: holds 2 rows, fewer than the 4 iterations" in capsys.readouterr().out
+    assert summary["resumed_after"] is None and len(history(Path(killed.run_dir))) == 7
+
+
 def test_the_train_stage_starts_over_a_run_whose_checkpoint_state_is_garbled(task, tmp_path, monkeypatch, capsys):  # noqa: F811
     killed = killed_run(task, tmp_path, monkeypatch)
     state = next((Path(killed.checkpoint_dir) / "resume").glob("it*")) / "state.json"

@@ -10,12 +10,13 @@ and `observer/` follow the role, so after a role exchange `pioneer/kl` continues
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cory.files import write_json, write_jsonl
+from cory.files import atomic_write, write_json, write_jsonl
 
 IDENTITIES = {
     "llm1": "LLM1, the model copy that starts as pioneer (follows the model across role exchanges)",
@@ -187,12 +188,16 @@ class MetricsWriter:
         any later ones, and return the kept rows."""
         with open(self.history_path, newline="") as fh:
             reader = csv.reader(fh)
-            columns = next(reader)
-            cells = [next(reader) for _ in range(iterations)]
+            columns = next(reader, None)
+            cells = [row for _, row in zip(range(iterations), reader)]
+        if columns is None or len(cells) < iterations:
+            raise ValueError(f"{self.history_path}: holds {len(cells)} rows, fewer than the {iterations} iterations "
+                             "its run's checkpoint covers")
         self.columns = columns
         self.rows = [{k: float(v) for k, v in zip(columns, row) if v != ""} for row in cells]
-        with open(self.history_path, "w", newline="") as fh:
-            csv.writer(fh).writerows([columns, *cells])
+        text = io.StringIO()
+        csv.writer(text).writerows([columns, *cells])
+        atomic_write(self.history_path, text.getvalue())  # a kill meanwhile leaves the rows the checkpoint covers
         return self.rows
 
     def final_values(self, last_n: int) -> dict[str, float]:

@@ -179,7 +179,24 @@ def _setup(job: Job, device: str) -> _Run:
         trainer = Trainer(job.train, lm, tokenizer, reward, seed=job.seed)
         writer = MetricsWriter(job.run_dir)
         resumed = load_checkpoint(Path(job.checkpoint_dir or job.run_dir) / "resume", trainer)
+        if resumed is not None:
+            covered(writer.history_path, trainer.iteration)
     return _Run(job, device, phase, start, queries, answers, tokenizer, trainer, writer, resumed)
+
+
+def covered(history: Path, iterations: int) -> None:
+    """A resumed run's history.csv holds a row for each iteration its checkpoint covers (a header, then one line per
+    row), else a CheckpointError naming it: the run then starts over, as with a damaged checkpoint."""
+    from cory.rl.checkpoint import CheckpointError
+
+    try:
+        with open(history, "rb") as fh:
+            rows = sum(1 for _ in fh) - 1
+    except OSError as exc:
+        raise CheckpointError(f"{history}: cannot be read ({exc})") from None
+    if rows < iterations:
+        raise CheckpointError(f"{history}: holds {max(rows, 0)} rows, fewer than the {iterations} iterations the "
+                              "run's checkpoint covers")
 
 
 def _setup_or_start_over(job: Job, device: str) -> _Run:
