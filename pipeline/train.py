@@ -350,7 +350,7 @@ def train_groups(params: Params, groups: list[str], owns_all: bool) -> None:
     runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
     checkpoints_root.mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
     # Every group's folder is ours when the stage runs them all: a group gone from params goes from the outputs too.
-    owned = groups if not owns_all else sorted({p.name for p in runs_root.glob("*")} | {p.name for p in checkpoints_root.glob("*")})
+    owned = groups if not owns_all else sorted({p.name for root in (runs_root, checkpoints_root) for p in root.glob("*")})
     stale = remove_stale(runs_root, jobs, owned, "run_dir") + remove_stale(checkpoints_root, jobs, owned, "checkpoint_dir")
     done, todo = plan(jobs)
     by_name = {job.name: job for job in jobs}  # a kept run's final values follow report.last_n

@@ -54,10 +54,8 @@ def save_checkpoint(directory: str | Path, trainer, extra: dict[str, Any]) -> Pa
             _save_lm_weights(agent, partial / f"{agent.name}.safetensors")
             save_file(agent.value_head.state_dict(), str(partial / f"{agent.name}.value_head.safetensors"))
             torch.save(agent.optimizer.state_dict(), partial / f"{agent.name}.optimizer.pt")
-        torch.save(
-            {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-            partial / "rng.pt",
-        )
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+        torch.save({"torch": torch.get_rng_state(), "cuda": cuda}, partial / "rng.pt")
         state = {
             "trainer": trainer.state_dict(),
             "agents": {agent.name: agent.training_state() for agent in trainer.agents},
