@@ -268,9 +268,10 @@ def run_job(
     ) as tracker:
         summary = run_training(job, device(), tracker, log_every, checkpoint_every, last_n)
     phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in summary["phase_seconds"].items())
+    final = {key: float("nan") if value is None else value for key, value in summary["final"].items()}  # None: not finite
     print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s ({phases}), "
-          f"llm1 task reward {summary['final'].get('llm1/task_reward', float('nan')):.3f}, "
-          f"KL {summary['final'].get('llm1/kl', float('nan')):.2f}", flush=True)
+          f"llm1 task reward {final.get('llm1/task_reward', float('nan')):.3f}, "
+          f"KL {final.get('llm1/kl', float('nan')):.2f}", flush=True)
     return summary
 
 
