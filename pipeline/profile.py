@@ -26,7 +26,7 @@ from pipeline.common import run_stage
 from pipeline.params import DEVIATIONS, StrictLoader, read_yaml, validate
 from pipeline.paths import ROOT, shown
 
-PROFILES = ROOT / "profiles"
+PROFILES = Path(__file__).resolve().parents[1] / "profiles"  # not ROOT's: fixed once, whatever a caller patches
 HEADER = (
     "# The settings `dvc repro` reads, written by `python -m pipeline.profile {name}` from profiles/default.yaml{source}.\n"
     "# A working copy: edit it (or run `dvc exp run -S key=value`) to try a change; keep a change in profiles/, since\n"

@@ -29,11 +29,16 @@ __all__ = ["main"]
 
 
 def changed() -> dict[str, object]:
-    """The settings this run changed from its profile (an experiment's -S values), for the MLflow parent run's name."""
+    """The settings this run changed from its profile (an experiment's -S values), for the MLflow parent run's name;
+    none where the profile cannot be rendered (params that are no profile's, e.g. a side experiment's $CORY_PARAMS)."""
+    from cory.schema import ConfigError
     from pipeline.params import params_path, read_yaml
     from pipeline.profile import changed_settings
 
-    return changed_settings(read_yaml(params_path()))
+    try:
+        return changed_settings(read_yaml(params_path()))
+    except (ConfigError, OSError):
+        return {}
 
 
 def main() -> None:

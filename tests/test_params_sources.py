@@ -194,11 +194,11 @@ def test_the_math_sweep_trains_as_the_math_group_does_at_a_fixed_eta(name):
 
 
 def test_the_default_profile_spends_its_seeds_on_the_imdb_groups(default):
-    """5 seeds for the scratch IMDB group (the top-level seeds), 4 for SmolLM2's, 3 for math and the sweeps (the
-    report's floor, report.min_seeds): the seed budget of one 15-minute GPU repro."""
+    """4 seeds for the scratch IMDB group (the top-level seeds), 3 for SmolLM2's, math and the sweeps (the report's
+    floor, report.min_seeds): the seed budget of one 15-minute GPU repro."""
     tree = validate(default)
-    assert tree.seeds == [0, 1, 2, 3, 4] and tree.experiments["imdb"].seeds is None
-    assert tree.experiments["imdb_smollm2"].seeds == [0, 1, 2, 3]
+    assert tree.seeds == [0, 1, 2, 3] and tree.experiments["imdb"].seeds is None
+    assert tree.experiments["imdb_smollm2"].seeds == [0, 1, 2]
     assert tree.experiments["math"].seeds == tree.experiments["pareto"].seeds == [0, 1, 2]
     sweep = tree.experiments["pareto_math"]
     assert sweep.seeds == [0, 1, 2] and sweep.sweep_eta == [0.01, 0.3] and tree.report.min_seeds == 3
@@ -218,7 +218,7 @@ def math_copy_with_seeds(p: dict, seeds: list[int]) -> None:
     "edit, message",
     [
         (lambda p: p["experiments"]["pareto_math"].update(seeds=[0, 5]),
-         r"^experiments\.pareto_math\.seeds: must be a subset of the top-level seeds \[0, 1, 2, 3, 4\]; \[5\] are not"),
+         r"^experiments\.pareto_math\.seeds: must be a subset of the top-level seeds \[0, 1, 2, 3\]; \[5\] are not"),
         (lambda p: p["experiments"]["pareto_math"].update(seeds=[]), r"^experiments\.pareto_math\.seeds: must name"),
         (lambda p: p.update(seeds=[1, 2]),
          r"^experiments\.\w+\.seeds: must be a subset of the top-level seeds \[1, 2\]"),

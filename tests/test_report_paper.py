@@ -138,3 +138,23 @@ def test_a_rerun_is_compared_claim_by_claim(tmp_path):
     assert rows["`passk`"][3] == "yes" and rows["`passk`"][-1] == ""
     old = rerun_rows(ours, {"imdb_kl_ratio": {"verdict": "mixed", "means": {}}})
     assert "an older report" in {r[0]: r for r in old}["`imdb_kl_ratio`"][-1]
+
+
+def test_runs_without_a_report_are_scored_by_the_reports_rules(tmp_path, capsys):
+    """tools/score_runs.py: the claims of the groups whose runs finished, with the report's verdicts; a group with a
+    run stopped early (fewer iterations) is left out, not compared at another iteration."""
+    import pandas as pd
+
+    from cory.report.config import ReportConfig
+    from tools.score_runs import score
+
+    write_fixture(tmp_path)
+    experiments = experiments_of(fixture_experiments())
+    reported = {key: c.verdict for key, c in claims_by_key(tmp_path).items()}
+    scored = {c.key: c.verdict for c in score(tmp_path, ["imdb", "pareto"], experiments, [0, 1, 2], ReportConfig())}
+    assert "imdb_kl_ratio" in scored and "pareto" in scored and "passk" not in scored
+    assert all(scored[key] == reported[key] for key in scored)
+    history = tmp_path / "runs" / "imdb" / "cory" / "seed0" / "history.csv"
+    pd.read_csv(history).head(20).to_csv(history, index=False)  # seed 0 stopped early
+    assert not any(c.key.startswith("imdb") for c in score(tmp_path, ["imdb"], experiments, [0, 1, 2], ReportConfig()))
+    assert "runs of unequal length" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""The report's claims on a folder of finished RL runs, without the evaluate stage: for a run that did not get as far as
+a report (a train stage stopped early), or runs copied from elsewhere.
+
+    python -m tools.score_runs outputs/default [--groups imdb pareto math pareto_math] [--last-n 10]
+
+Each group is read from <outputs>/runs/<group>/<run>/seed*/history.csv; a group whose runs are missing or unfinished
+(fewer iterations than its others) is left out with its claims, and so are pass@k (eval/passk.json) and every claim of
+a group not named. The rules, intervals and verdicts are the report stage's (cory.report.claims) with the params'
+report settings (params.yaml or $CORY_PARAMS); prints one line per claim and each effect's interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from cory.report.claims import (
+    Context, ablation_claims, cooperation_claims, group_context, imdb_claims, math_claims, pareto_claim,
+)
+from cory.report.results import SWEEP_RUNS, Sweep, expected_runs, load_run
+from cory.runs.config import eta_name
+
+
+def finished(runs: dict) -> bool:
+    """Every seed of every run as long as the longest: a run stopped early would be compared at another iteration."""
+    lengths = {len(history) for run in runs.values() for history in run.histories.values()}
+    return len(lengths) == 1
+
+
+def score(outputs: Path, groups: list[str], experiments: dict, seeds: list[int], cfg) -> list:
+    """The claims of `groups` (names of `experiments`, params' experiment groups) on <outputs>/runs/, with the report
+    settings `cfg`; `seeds`: the top-level seeds (a group's own seeds win)."""
+    runs_dir = outputs / "runs"
+    claims = []
+    for group in groups:
+        exp = experiments[group]
+        seeds_of = exp.seeds_of(seeds)
+        if exp.sweep_eta:
+            task = exp.task
+            sweep = Sweep(group, {name: {eta: load_run(runs_dir / group / f"{name}_{eta_name(eta)}", seeds_of)
+                                         for eta in exp.sweep_eta} for name in SWEEP_RUNS})
+            if all(finished(by_eta) for by_eta in sweep.runs.values()):
+                claims.append(pareto_claim(task, sweep, Context(cfg)))
+            continue
+        try:
+            runs = {name: load_run(runs_dir / group / name, seeds_of) for name in expected_runs(group, experiments)}
+        except FileNotFoundError as exc:  # a seed the train stage did not finish
+            print(f"score_runs: {group}: left out ({exc})", file=sys.stderr)
+            continue
+        if not finished(runs):
+            print(f"score_runs: {group}: runs of unequal length (a run stopped early): left out", file=sys.stderr)
+            continue
+        if exp.task == "math":
+            claims += math_claims(runs, Context(cfg))
+            continue
+        ctx = group_context(group, replace(cfg, imdb_groups=tuple(dict.fromkeys(("imdb", group)))))
+        claims += imdb_claims(runs, ctx) + ablation_claims(runs, ctx) + cooperation_claims(runs, ctx)
+    return claims
+
+
+def finals(outputs: Path, last_n: int) -> list[str]:
+    """One line per run and seed folder: its iterations and LLM1's (and LLM2's) final task reward, KL and combined
+    reward (means of the last `last_n` iterations), finished or not."""
+    import pandas as pd
+
+    lines = []
+    for history in sorted((outputs / "runs").glob("*/*/seed*/history.csv")):
+        rows = pd.read_csv(history)
+        end = rows.tail(last_n)
+        cells = [f"{history.parent.relative_to(outputs / 'runs')}", f"{len(rows)} it."]
+        for agent in ("llm1", "llm2"):
+            if f"{agent}/kl" in rows:
+                cells.append(f"{agent} task {end[f'{agent}/task_reward'].mean():.2f} KL {end[f'{agent}/kl'].mean():.1f} "
+                             f"combined {end[f'{agent}/combined_reward'].mean():.2f}")
+        lines.append("  ".join(cells))
+    return lines
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("outputs", type=Path, help="a profile's outputs folder, e.g. outputs/default")
+    parser.add_argument("--groups", nargs="+", help="experiment groups to score (default: every group of the params)")
+    parser.add_argument("--last-n", type=int, help="final value = mean of the last N iterations (default: report.last_n)")
+    parser.add_argument("--finals", action="store_true", help="print every run's final values instead of the claims")
+    args = parser.parse_args(argv)
+    from pipeline.params import load_params
+
+    params = load_params()
+    cfg = params.report if args.last_n is None else replace(params.report, last_n=args.last_n)
+    if args.finals:
+        print("\n".join(finals(args.outputs, cfg.last_n)))
+        return
+    groups = args.groups or list(params.experiments)
+    for claim in score(args.outputs, groups, params.experiments, params.seeds, cfg):
+        print(f"{claim.verdict:>14}  {claim.key}: {claim.paper}")
+        for result in claim.results:
+            i = result.interval
+            print(f"{'':16}{result.label}: {i.estimate:.3g} [{i.low:.3g}, {i.high:.3g}] {result.op} {result.threshold:g}"
+                  f" -> {result.verdict} (seeds {dict(result.seeds)})")
+        for note in claim.notes:
+            print(f"{'':16}{note}")
+
+
+if __name__ == "__main__":
+    from pipeline.common import run_stage
+
+    run_stage(lambda: main(sys.argv[1:]))
