@@ -16,6 +16,21 @@ def smoke_repo(tmp_path_factory):
     return reproduce_smoke(tmp_path_factory.mktemp("smoke") / "repo")
 
 
+@pytest.fixture(scope="session")
+def test_store(tmp_path_factory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture(autouse=True)
+def mlflow_away_from_the_working_tree(test_store, monkeypatch):
+    """A test that logs to MLflow without choosing a store logs to the session's, never to the project's mlflow.db
+    in the working tree (a test that sets $MLFLOW_TRACKING_URI itself overrides this)."""
+    import os
+
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", test_store)
+
+
 @pytest.fixture(autouse=True)
 def mlflow_on_again():
     """A stage process turns MLflow off for good at its first failure (cory.tracking.store.warn); the tests share one
