@@ -229,9 +229,7 @@ def with_final(job: Job, summary: dict, last_n: int) -> dict:
 def plan(jobs: list[Job]) -> tuple[dict[str, dict], list[Job]]:
     """({name: summary} of the finished runs to keep, the jobs to run): a job resumes if its checkpoint carries its
     fingerprint; every other unfinished job starts from nothing (its old folders are deleted)."""
-    from cory.rl.checkpoint import checkpoint_extra
-
-    from cory.rl.checkpoint import CheckpointError
+    from cory.rl.checkpoint import CheckpointError, checkpoint_extra
 
     done, todo = {}, []
     for job in jobs:
@@ -268,7 +266,7 @@ def run_job(
     ) as tracker:
         summary = run_training(job, device(), tracker, log_every, checkpoint_every, last_n)
     phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in summary["phase_seconds"].items())
-    final = {key: float("nan") if value is None else value for key, value in summary["final"].items()}  # None: not finite
+    final = {key: float("nan") if value is None else value for key, value in summary["final"].items()}  # None: nan
     print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s ({phases}), "
           f"llm1 task reward {final.get('llm1/task_reward', float('nan')):.3f}, "
           f"KL {final.get('llm1/kl', float('nan')):.2f}", flush=True)
