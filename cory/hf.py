@@ -3,8 +3,13 @@ tokenizer with one clear error offline, saving a model, counting its parameters,
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 import re
+import socket
+import sys
+import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,20 +37,70 @@ _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 """What a Hugging Face hub name looks like (gpt2-large, lvwerra/distilbert-imdb)."""
 
 
+HUB_TIMEOUT = 2.0
+"""Seconds the one connection to the hub that `hub_reachable` tries may take."""
+
+
+def hub_reachable() -> bool:
+    """Whether the Hugging Face hub ($HF_ENDPOINT, or huggingface.co; through $HTTPS_PROXY where one is set) takes a
+    TCP connection within HUB_TIMEOUT seconds; False at once under $HF_HUB_OFFLINE. Without this, transformers and
+    datasets retry an unreachable hub for 25 s per file (two files per model: about 50 s each load) before failing."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    return _answers(proxy or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+
+
+@functools.cache  # asked once per process and address: the answer holds for a stage's few seconds of loading
+def _answers(address: str) -> bool:
+    url = urllib.parse.urlsplit(address)
+    try:
+        socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)),
+                                 timeout=HUB_TIMEOUT).close()
+    except (OSError, ValueError):  # no DNS, refused, timed out; a malformed URL
+        return False
+    return True
+
+
+def offline_unless_reachable() -> bool:
+    """Where the hub does not answer (hub_reachable), put this process's Hugging Face libraries in offline mode, and
+    the processes it starts ($HF_HUB_OFFLINE): they then load names from their local caches only and fail at once
+    where a name is not there. Returns whether the hub answers."""
+    if hub_reachable():
+        return True
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    for module in ("huggingface_hub.constants", "datasets.config"):  # read the variable when they were imported
+        if module in sys.modules:
+            sys.modules[module].HF_HUB_OFFLINE = True
+    return False
+
+
+def is_hub_name(name_or_path: str) -> bool:
+    """Whether a setting names a hub model or data set (gpt2-large, org/name) rather than a local path."""
+    return not Path(name_or_path).exists() and _HUB_NAME.fullmatch(name_or_path) is not None
+
+
 def load_pretrained(loader, name_or_path: str, setting: str, **kwargs):
     """`loader(name_or_path, **kwargs)` (a `from_pretrained`, or `load_tokenizer`), or one ConfigError naming
     `setting` (a dotted setting, or what is loaded) and how to work offline: a local folder that cannot be loaded, a
-    hub name while the hub is unreachable, or a path that is neither."""
+    hub name while the hub is unreachable (found out once, in seconds: only the local cache is then tried), or a
+    path that is neither."""
+    reachable = not is_hub_name(name_or_path) or offline_unless_reachable()
+    if not reachable:
+        kwargs = {**kwargs, "local_files_only": True}
     try:
         return loader(name_or_path, **kwargs)
+    except ConfigError:
+        raise  # a loader that is itself a load_pretrained (load_tokenizer) has named it
     except (OSError, ValueError) as exc:  # missing files / no hub: OSError; a folder without model_type: ValueError
         if Path(name_or_path).exists():
             raise ConfigError(f"{setting}: {name_or_path}: the local folder cannot be loaded ({exc})") from None
         if _HUB_NAME.fullmatch(name_or_path):
+            why = ("the Hugging Face hub is unreachable and the local cache does not hold it" if not reachable else
+                   "the Hugging Face hub has no such model (or did not answer)")
             raise ConfigError(
-                f"{setting}: {name_or_path!r} is not a local folder, and the Hugging Face hub is unreachable (or has "
-                f"no such model). Offline, point at a local folder written by save_pretrained (or, where the setting "
-                f"offers it, use 'scratch')."
+                f"{setting}: {name_or_path!r} is not a local folder, and {why}. Offline, point at a local folder "
+                f"written by save_pretrained (or, where the setting offers it, use 'scratch')."
             ) from None
         raise ConfigError(f"{setting}: {name_or_path!r}: no such local folder") from None
 

@@ -2,7 +2,8 @@
 
 Every section of the params tree is a dataclass whose fields carry a one-line docstring (the comment under each
 field). `from_dict` builds a section from a plain mapping (e.g. a block of `params.yaml`): unknown keys are errors
-(with a "did you mean" hint), wrong types are errors, and each dataclass validates its values in `__post_init__`.
+(with a "did you mean" hint), wrong types are errors, a float setting must be finite (no .inf or .nan), and each
+dataclass validates its values in `__post_init__`.
 Every error is a `ConfigError` whose message starts with the dotted path of the offending setting.
 """
 
@@ -13,6 +14,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import types
 import typing
 from typing import Any, Callable, Literal, TypeVar, get_args, get_origin
@@ -83,6 +85,9 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         return {_convert(k, key_tp, path): _convert(v, val_tp, f"{path}.{k}") for k, v in value.items()}
     if tp is float:
         check(isinstance(value, (int, float)) and not isinstance(value, bool), path, f"must be a number, got {value!r}")
+        # every float setting must be finite: YAML's .inf and .nan pass every `> 0` check one way or the other (nan
+        # fails none written as `not x <= y`, inf passes every lower bound), and reach the run as NaN losses
+        check(math.isfinite(value), path, f"must be a finite number, got {value!r}")
         return float(value)
     if tp is int:
         check(isinstance(value, int) and not isinstance(value, bool), path, f"must be an integer, got {value!r}")

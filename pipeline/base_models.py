@@ -40,14 +40,15 @@ from cory.tracking.runs import FinishedRun, log_finished
 from cory.tracking.store import warm_up
 from cory.tracking.tags import provenance
 from pipeline import reward_model as reward
+from cory.files import folder_records
 from pipeline.common import device, process_started_at, read_jsonl, require_device, run_stage, stage_timer, write_json
 from pipeline.gpus import error_line, run_at_once, visible_gpus
 from pipeline.params import Params, load_params
 from pipeline.paths import out_dir
 from pipeline.sections import GGUF, REWARD, SCRATCH, BaseModelConfig
-from pipeline.units import code_digest, content_digest
+from pipeline.single_writer import stage_lock
+from pipeline.units import RECORD, code_digest, content_digest, stale
 from pipeline.units import digest as unit_digest
-from pipeline.units import is_current as recorded
 
 
 # transformers and the model code (cory.tasks.pretrain, cory.tasks.tokenizer) are imported where a model is built, in the worker
@@ -158,7 +159,7 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: Params, device: st
     else:
         setting = f"base_models.{name}.source"
         model = load_pretrained(transformers.AutoModelForCausalLM.from_pretrained, cfg.source, setting)
-        tokenizer = load_pretrained(load_tokenizer, cfg.source, setting)
+        tokenizer = load_tokenizer(cfg.source, setting)
         result = {"params": count_parameters(model)}
     model_dir = out_dir(params, "models", name)
     started = time.perf_counter()
@@ -176,8 +177,9 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: Params, device: st
         "history": history,
         **provenance(device),
         "fingerprint": digest,
+        "files": folder_records(model_dir, leave_out=(RECORD,)),  # what a rerun checks before it keeps the model
     }
-    write_json(model_dir / "training.json", record)
+    write_json(model_dir / RECORD, record)
     started = time.perf_counter()
     continuations = sample_texts(model, tokenizer, prompts, cfg.sample_tokens, device, cfg.pretrain.seed) if prompts else []
     metrics["sample_seconds"] = time.perf_counter() - started
@@ -200,10 +202,11 @@ def fingerprint(name: str, params: Params) -> str:
     return unit_digest(parts)
 
 
-def is_current(name: str, params: Params, fingerprint: str) -> bool:
-    """Whether model `name`'s outputs are all there and were made from what it depends on now (`fingerprint`)."""
+def why_stale(name: str, params: Params, fingerprint: str) -> str | None:
+    """Why model `name` is trained again (pipeline.units.stale: not trained, made from other inputs than
+    `fingerprint`, or a file of it damaged), or None where it is kept."""
     outputs = [out_dir(params, kind, "base_models", f"{name}.json") for kind in ("metrics", "samples")]
-    return recorded(out_dir(params, "models", name, "training.json"), outputs, fingerprint)
+    return stale(out_dir(params, "models", name, RECORD), outputs, fingerprint)
 
 
 def train_one(name: str, digest: str, params: Params) -> FinishedRun:
@@ -253,8 +256,16 @@ def fingerprints(names: list[str], params: Params) -> dict[str, str]:
     return digests
 
 
+NEW = ("not trained yet", "what it depends on changed")
+"""The reasons to train a unit that are no damage (pipeline.units.stale): every other one names a damaged file."""
+
+
+def stale_reason(name: str, params: Params, digest: str) -> str | None:
+    return reward.why_stale(params, digest) if name == REWARD else why_stale(name, params, digest)
+
+
 def current(name: str, params: Params, digest: str) -> bool:
-    return reward.is_current(params, digest) if name == REWARD else is_current(name, params, digest)
+    return stale_reason(name, params, digest) is None
 
 
 def train_in_turn(units: list[tuple[str, str]], params: Params, raise_first: bool = True
@@ -349,6 +360,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"usage: python -m pipeline.base_models [NAME ...], each NAME one of base_models: "
                          f"{', '.join(names[:-1])}, or {REWARD} (the reward model) (not {', '.join(unknown)})")
     wanted = [name for name in names if name in argv] if argv else names  # the reward model after its base model
+    with stage_lock(params, "base_models"):  # one writer of the profile's outputs (pipeline.single_writer)
+        build_models(params, wanted)
+
+
+def build_models(params: Params, wanted: list[str]) -> None:
+    """The stage's work: check every input of the models `wanted`, keep those that are current, train the others."""
     for name in wanted:  # every corpus file each model reads, and every GGUF file, before any model trains
         if name != REWARD:
             cfg = params.base_models[name]
@@ -356,7 +373,11 @@ def main(argv: list[str] | None = None) -> None:
             if cfg.source == GGUF:
                 gguf_file(name, cfg)
     digests = fingerprints(wanted, params)
-    todo = {name: digest for name, digest in digests.items() if not current(name, params, digest)}
+    reasons = {name: stale_reason(name, params, digest) for name, digest in digests.items()}
+    for name, reason in reasons.items():
+        if reason is not None and reason not in NEW:  # a damaged unit is never kept: said, and trained again
+            print(f"[base_models] {name}: {reason}: trained again", flush=True)
+    todo = {name: digest for name, digest in digests.items() if reasons[name] is not None}
     if REWARD in wanted and reward.prerequisite(params) in todo:
         todo[REWARD] = digests[REWARD]  # a base model trained again: the reward model starts from the new one
     if REWARD in todo:

@@ -3,14 +3,15 @@ stage timer. `params` is always the typed tree, pipeline.params.Params (this mod
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from cory import files
 from cory.schema import ConfigError
 from pipeline.paths import out_dir
+from pipeline.single_writer import StageLocked, end_with_parent, started_by_dvc
 
 
 def limit_cpu_threads() -> None:
@@ -31,11 +32,14 @@ def limit_cpu_threads() -> None:
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's main(); bad input (settings, missing or malformed files) ends it with one line naming it."""
+    """Run a stage's main(); bad input (settings, missing or malformed files) and a profile another stage is writing
+    end it with one line naming them. A stage DVC started ends with DVC (pipeline.single_writer.end_with_parent)."""
+    if started_by_dvc():
+        end_with_parent()
     limit_cpu_threads()
     try:
         main()
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
+    except (ConfigError, FileNotFoundError, ValueError, StageLocked) as exc:
         sys.exit(f"error: {exc}")
 
 
@@ -45,29 +49,16 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-
-
-def write_jsonl(path: str | os.PathLike, rows: list[dict[str, Any]]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
+write_json = files.write_json
+"""Indented JSON, written atomically (cory.files: the one writer of every record, summary and metrics file)."""
+write_jsonl = files.write_jsonl
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a file an earlier stage wrote (cory.tasks.imdb.read_jsonl: a bad line names the file and line)."""
-    from cory.tasks.imdb import read_jsonl as read_rows  # here, not at the top: it imports pandas
-
+    """The rows of a file an earlier stage wrote (cory.files.read_jsonl: a bad line names the file and line)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: file not found (did its DVC stage run?)")
-    return read_rows(path)
+    return files.read_jsonl(path)
 
 
 def peak_memory() -> dict[str, float | None]:

@@ -34,6 +34,7 @@ from pipeline.params import evaluation_seeds, load_params
 from pipeline.paths import out_dir
 from pipeline.gpus import processes_at_once, run_at_once, visible_gpus
 from pipeline.sections import EvaluateConfig, RuntimeConfig
+from pipeline.single_writer import stage_lock
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
@@ -182,7 +183,7 @@ def evaluate(
 def main() -> None:
     params = load_params()
     require_device(params)
-    with stage_timer(params, "evaluate"):
+    with stage_lock(params, "evaluate"), stage_timer(params, "evaluate"):  # one writer (pipeline.single_writer)
         cfg = params.evaluation
         eval_dir = out_dir(params, "eval")
         test_path = out_dir(params, "data", "math", "test.jsonl")

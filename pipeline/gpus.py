@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
+from pipeline.single_writer import end_with_parent
+
 
 def share_cpus(workers: int) -> None:
     """In each of `workers` processes sharing one machine: an equal share of the cores for torch's CPU thread pool, the
@@ -158,8 +160,10 @@ def gpu_of_worker(index: int, gpus: list[str]) -> str | None:
 
 
 def start_worker(workers: int, counter, gpus: list[str]) -> None:
-    """Pool initializer: the next worker index from the shared counter picks this process's GPU (set before CUDA
-    starts in it, so the process sees that GPU alone, as cuda:0), then share_cpus."""
+    """Pool initializer: the worker ends with the stage process that started it (a killed stage leaves no run
+    training, pipeline.single_writer); the next worker index from the shared counter picks this process's GPU (set
+    before CUDA starts in it, so the process sees that GPU alone, as cuda:0), then share_cpus."""
+    end_with_parent()
     with counter.get_lock():
         index = counter.value
         counter.value += 1

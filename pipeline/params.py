@@ -33,8 +33,9 @@ from cory.runs.config import ExperimentConfig, Job, TaskConfig, expand_jobs
 from cory.schema import ConfigError, check, from_dict, merge
 from pipeline.paths import ROOT, check_profile, shown
 from pipeline.sections import (
-    REWARD, SCRATCH, BaseModelConfig, DataConfig, EvaluateConfig, RewardModelConfig, RuntimeConfig,
+    CHECKPOINT, REWARD, SCRATCH, BaseModelConfig, DataConfig, EvaluateConfig, RewardModelConfig, RuntimeConfig,
 )
+from pipeline.sizes import check_sizes
 
 
 PROFILES = ROOT / "profiles"
@@ -288,9 +289,6 @@ def check_experiments(tree: Params, raw: dict) -> dict[str, list]:
     return jobs
 
 
-CHECKPOINT = re.compile(r"checkpoints/(?P<group>[^/]+)/(?P<run>[^/]+)/seed\{seed\}/llm(?P<agent>[12])")
-
-
 def check_evaluation(tree: Params, jobs: dict[str, list]) -> None:
     """Each relative model folder of `evaluation.models` is one the pipeline writes: a base model or the saved agent
     of a run of the math task; the authors' GSM8K protocol only where the test problems are GSM8K's."""
@@ -381,6 +379,7 @@ def validate(params: dict) -> Params:
     check_evaluation(tree, jobs)
     check_report_inputs(jobs, tree.evaluation.models, tree.experiments)
     check_report_settings(tree, jobs)
+    check_sizes(tree, raw, jobs)
     tree.jobs = jobs
     return tree
 

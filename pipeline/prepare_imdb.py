@@ -17,11 +17,12 @@ from cory.tasks.tokenizer import load_tokenizer
 from pipeline.common import require_device, run_stage, stage_timer, write_json, write_jsonl
 from pipeline.params import load_params
 from pipeline.paths import out_dir
+from pipeline.single_writer import stage_lock
 
 
 def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
     """The three row lists ("train", "validation", "prompts") and their stats."""
-    tokenizer = load_tokenizer(cfg.tokenizer)
+    tokenizer = load_tokenizer(cfg.tokenizer, "data.imdb.tokenizer")
     train, validation = split_imdb(load_imdb(cfg), cfg)
     prompts = build_prompts(train, tokenizer, cfg, cfg.prompt_seed)
     splits = {"train": train.to_list(), "validation": validation.to_list(), "prompts": prompts}
@@ -48,7 +49,7 @@ def prepare_imdb(cfg: IMDBDataConfig) -> tuple[dict[str, list[dict]], dict]:
 def main() -> None:
     params = load_params()
     require_device(params, computes=False)
-    with stage_timer(params, "prepare_imdb"):
+    with stage_lock(params, "prepare_imdb"), stage_timer(params, "prepare_imdb"):  # one writer (pipeline.single_writer)
         cfg = params.data.imdb
         splits, stats = prepare_imdb(cfg)
         out = out_dir(params, "data", "imdb")

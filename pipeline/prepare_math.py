@@ -16,12 +16,14 @@ import re
 from pathlib import Path
 from statistics import mean
 
+from cory.schema import ConfigError
 from cory.tasks.config import MathDataConfig
 from cory.tasks.mathgen import generate_problems
 from cory.tasks.rewards import gsm8k_answer
 from pipeline.common import require_device, run_stage, stage_timer, write_json, write_jsonl
 from pipeline.params import load_params
 from pipeline.paths import ROOT, out_dir
+from pipeline.single_writer import stage_lock
 
 SPLITS = ("pretrain", "rl", "test")
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -67,12 +69,15 @@ def load_gsm8k(name_or_path: str, root: Path = ROOT) -> dict[str, list[dict[str,
         return {split: read_gsm8k_file(folder / f"{split}.jsonl") for split in ("train", "test")}
     if not _HUB_NAME.fullmatch(name_or_path):
         raise FileNotFoundError(f"data.math.gsm8k_path: no folder {folder}")
+    from cory.hf import offline_unless_reachable
+
+    offline_unless_reachable()  # before datasets reads $HF_HUB_OFFLINE: offline, its cache or one quick error
     from datasets import load_dataset
 
     try:
         data = load_dataset(name_or_path, "main")
     except Exception as exc:  # datasets raises ConnectionError, FileNotFoundError, ... depending on what failed
-        raise ConnectionError(
+        raise ConfigError(
             f"data.math.gsm8k_path: {name_or_path!r} is not a local folder, and loading it from the Hugging Face hub "
             f"failed (the hub is unreachable: {type(exc).__name__}). Offline, set data.math.gsm8k_path to a folder "
             f"with GSM8K's train.jsonl and test.jsonl (e.g. ../shared/data/gsm8k)."
@@ -110,7 +115,7 @@ def split_stats(rows: list[dict[str, str]]) -> dict[str, float]:
 def main() -> None:
     params = load_params()
     require_device(params, computes=False)
-    with stage_timer(params, "prepare_math"):
+    with stage_lock(params, "prepare_math"), stage_timer(params, "prepare_math"):  # one writer (pipeline.single_writer)
         cfg = params.data.math
         splits = prepare_math(cfg)
         out = out_dir(params, "data", "math")

@@ -26,6 +26,7 @@ from cory.tracking.restore import sync_runs
 from pipeline.common import run_stage, stage_timer
 from pipeline.params import load_params
 from pipeline.paths import ROOT, out_dir
+from pipeline.single_writer import stage_lock
 
 __all__ = ["main"]
 
@@ -46,7 +47,7 @@ def changed() -> dict[str, object]:
 def main() -> None:
     params = load_params()
     cfg, name = params.report, params.profile
-    with stage_timer(params, "report"):
+    with stage_lock(params, "report"), stage_timer(params, "report"):  # one writer (pipeline.single_writer)
         experiments = params.experiments  # which groups sweep a task's KL coefficient (Fig. 2c), a group's own seeds
         logged = sync_runs(out_dir(params, "runs"), name, {group: exp.task for group, exp in experiments.items()})
         if logged:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 
+from cory.files import folder_records
 from cory.schema import to_dict
 from cory.tracking.runs import FinishedRun
 from cory.tracking.tags import provenance
@@ -28,9 +29,8 @@ from pipeline.common import device, read_jsonl, write_json
 from pipeline.params import Params
 from pipeline.paths import out_dir
 from pipeline.sections import REWARD, SCRATCH, RewardModelConfig
-from pipeline.units import content_digest
+from pipeline.units import RECORD, content_digest, stale
 from pipeline.units import digest as unit_digest
-from pipeline.units import is_current as recorded
 
 STAGE = "reward_model"
 """The reward model's MLflow run name (and run key)."""
@@ -74,8 +74,9 @@ def build_reward_model(cfg: RewardModelConfig, params: Params, device: str, dige
         "history": history,
         **provenance(device),
         "fingerprint": digest,
+        "files": folder_records(model_dir, leave_out=(RECORD,)),  # what a rerun checks before it keeps the model
     }
-    write_json(model_dir / "training.json", record)
+    write_json(model_dir / RECORD, record)
     return metrics, record
 
 
@@ -91,10 +92,11 @@ def fingerprint(params: Params, init_digest: str | None, code: str) -> str:
     return unit_digest(parts)
 
 
-def is_current(params: Params, fingerprint: str) -> bool:
-    """Whether the reward model's outputs are all there and were made from what it depends on now (`fingerprint`)."""
+def why_stale(params: Params, fingerprint: str) -> str | None:
+    """Why the reward model is trained again (pipeline.units.stale), or None where it is kept."""
     metrics = out_dir(params, "metrics", "reward_model.json")
-    return recorded(out_dir(params, "models", REWARD, "training.json"), [metrics], fingerprint)
+    return stale(out_dir(params, "models", REWARD, RECORD), [metrics], fingerprint)
+
 
 
 def train_reward(digest: str, params: Params) -> FinishedRun:

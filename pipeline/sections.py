@@ -164,6 +164,10 @@ class RewardModelConfig:
 
 
 
+CHECKPOINT = re.compile(r"checkpoints/(?P<group>[^/]+)/(?P<run>[^/]+)/seed\{seed\}/llm(?P<agent>[12])")
+"""An evaluation.models folder that is a run's saved agent (the other kind: models/<base model>)."""
+
+
 @dataclass(kw_only=True)
 class EvaluateConfig(EvalConfig):
     """The evaluate stage (params `evaluation`): pass@k settings, the prompt, and the models to evaluate."""

@@ -25,7 +25,6 @@ Every config, model and prompt file is checked before the first run starts.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -33,6 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 
 
+from cory.files import mismatch, read_json
+from cory.hf import is_hub_name, load_pretrained
 from cory.runs.config import Job, TaskConfig
 from cory.runs.run import run_training
 from cory.schema import ConfigError, to_dict
@@ -41,7 +42,8 @@ from pipeline.gpus import error_line, processes_at_once, run_at_once, visible_gp
 from pipeline.params import Params, load_params
 from pipeline.paths import ROOT, out_dir
 from pipeline.sections import REWARD
-from pipeline.units import code_digest, content_digest, digest, remove_stale
+from pipeline.single_writer import stage_lock
+from pipeline.units import code_digest, content_digest, digest, model_digest, remove_stale
 
 
 def model_path(params: Params, name: str | None) -> str | None:
@@ -77,10 +79,51 @@ def check_prompts(jobs: list[Job]) -> None:
                 f"{job.task.prompts} holds only {have} prompts")
 
 
-def check_models(jobs: list[Job]) -> None:
-    for path in sorted({j.model for j in jobs} | {j.task.reward_model for j in jobs if j.task.reward_model}):
-        if path.startswith(str(ROOT)) and not Path(path).is_dir():
-            raise FileNotFoundError(f"{path}: model folder not found (the base_models stage trains it)")
+def model_setting(params: Params, job: Job) -> str:
+    """The setting that names a job's model: its run's `model`, or its task's."""
+    runs = params.experiments[job.group].runs
+    run = job.run if job.run in runs else job.run.rsplit("_eta", 1)[0]  # a sweep's runs are <run>_eta<eta>
+    if run in runs and runs[run].model is not None:
+        return f"experiments.{job.group}.runs.{run}.model"
+    return f"tasks.{params.experiments[job.group].task}.model"
+
+
+def check_models(params: Params, jobs: list[Job]) -> None:
+    """Every model and reward model a run loads is there before any run starts, one error naming its setting
+    otherwise: a folder the base_models stage writes, another local folder, or a hub name that the hub (or, offline,
+    the local cache) serves, found out in seconds (cory.hf.load_pretrained), not once per run."""
+    named: dict[str, str] = {}
+    for job in jobs:
+        named.setdefault(job.model, model_setting(params, job))
+        if job.task.reward_model:
+            named.setdefault(job.task.reward_model, f"tasks.{params.experiments[job.group].task}.reward_model")
+    for path, setting in sorted(named.items()):
+        if Path(path).is_dir():
+            continue
+        if path.startswith(str(ROOT / "outputs")):
+            raise FileNotFoundError(f"{setting}: {path}: model folder not found (the base_models stage trains it)")
+        if not is_hub_name(path):
+            raise FileNotFoundError(f"{setting}: {path}: no such model folder")
+        import transformers  # here: only a hub name needs it, and its import is seconds of the stage's start
+
+        load_pretrained(transformers.AutoConfig.from_pretrained, path, setting)
+
+
+def check_positions(jobs: list[Job]) -> None:
+    """Each run's longest response leaves room for a prompt in its model's positions, for the models in local folders
+    (their config.json; validation has checked the models trained here, and run_training checks a hub model's once
+    loaded)."""
+    for job in jobs:
+        config = Path(job.model) / "config.json"
+        if not config.is_file():
+            continue
+        shape = read_json(config)
+        positions = shape.get("max_position_embeddings") or shape.get("n_positions")
+        longest = job.train.ppo.generation.response_length[1]
+        if positions and longest >= positions:
+            raise ConfigError(f"experiments.{job.group}.runs.{job.run}: train.ppo.generation.response_length: "
+                              f"{longest} new tokens leave no room for a prompt in the {positions} positions of "
+                              f"{job.model}")
 
 
 def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str], mps: bool = False
@@ -136,21 +179,36 @@ def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dic
 def fingerprint(job: Job, code: str) -> str:
     """What a run's result depends on, hashed (see the module docstring); paths enter by content, not by name."""
     task = {k: v for k, v in to_dict(job.task).items() if k not in ("model", "reward_model", "prompts")}
-    inputs = [job.model, job.task.prompts] + ([job.task.reward_model] if job.task.reward_model else [])
+    models = [job.model] + ([job.task.reward_model] if job.task.reward_model else [])
+    # the models by their weights, config and tokenizer, not their training records (which hold wall-clock seconds)
     parts = {"run": job.name, "seed": job.seed, "train": to_dict(job.train), "task": task, "code": code,
-             "save_models": job.save_models, "inputs": [content_digest(p) for p in inputs]}
+             "save_models": job.save_models,
+             "inputs": [model_digest(models[0]), content_digest(job.task.prompts), *map(model_digest, models[1:])]}
     return digest(parts)
 
 
 def finished_summary(job: Job) -> dict | None:
-    """The summary of a finished run of this very fingerprint (with its saved agents, if it saves them), else None."""
+    """The summary of a finished run of this very fingerprint whose files (and saved agents, if it saves them) are
+    still those it wrote (cory.runs.run records them in summary.json), else None. A damaged file is said, naming it:
+    the run is trained again, and the other runs go on."""
     path = Path(job.run_dir) / "summary.json"
     if not path.is_file():
         return None
-    summary = json.loads(path.read_text())
-    agents = [Path(job.checkpoint_dir) / f"llm{i + 1}" / "config.json" for i in range(job.train.cory.n_agents)]
-    if summary.get("fingerprint") != job.fingerprint or (job.save_models and not all(a.is_file() for a in agents)):
+    try:
+        summary = read_json(path)
+    except ValueError as exc:
+        print(f"[train] {job.name}: {exc}: trained again", flush=True)
         return None
+    if summary.get("fingerprint") != job.fingerprint:
+        return None
+    records = [(job.run_dir, summary.get("files"))]
+    if job.save_models:
+        records.append((job.checkpoint_dir, summary.get("saved_files")))
+    for folder, files in records:
+        damaged = f"{path}: lists no files to check" if not files else mismatch(folder, files)
+        if damaged:
+            print(f"[train] {job.name}: {damaged}: trained again", flush=True)
+            return None
     return summary
 
 
@@ -164,16 +222,14 @@ def with_final(job: Job, summary: dict, last_n: int) -> dict:
     if summary.get("last_n") == n:
         return summary
     summary = {**summary, "final": MetricsWriter.of_history(job.run_dir).final_values(n), "last_n": n}
-    with open(Path(job.run_dir) / "summary.json", "w") as fh:  # as MetricsWriter.summary writes it
-        json.dump(summary, fh, indent=2, sort_keys=True)
-        fh.write("\n")
+    write_json(Path(job.run_dir) / "summary.json", summary)  # as MetricsWriter.summary writes it
     return summary
 
 
 def plan(jobs: list[Job]) -> tuple[dict[str, dict], list[Job]]:
     """({name: summary} of the finished runs to keep, the jobs to run): a job resumes if its checkpoint carries its
     fingerprint; every other unfinished job starts from nothing (its old folders are deleted)."""
-    from cory.rl.checkpoint import checkpoint_extra
+    from cory.rl.checkpoint import CheckpointError, checkpoint_extra
 
     done, todo = {}, []
     for job in jobs:
@@ -181,7 +237,11 @@ def plan(jobs: list[Job]) -> tuple[dict[str, dict], list[Job]]:
         if summary is not None:
             done[job.name] = summary
             continue
-        extra = checkpoint_extra(Path(job.checkpoint_dir) / "resume")
+        try:
+            extra = checkpoint_extra(Path(job.checkpoint_dir) / "resume")
+        except CheckpointError as exc:  # this run starts over; the others go on
+            print(f"[train] {job.name}: {exc}: the run starts over", flush=True)
+            extra = None
         if extra is None or extra.get("fingerprint") != job.fingerprint:
             shutil.rmtree(job.run_dir, ignore_errors=True)
             shutil.rmtree(job.checkpoint_dir, ignore_errors=True)
@@ -206,9 +266,10 @@ def run_job(
     ) as tracker:
         summary = run_training(job, device(), tracker, log_every, checkpoint_every, last_n)
     phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in summary["phase_seconds"].items())
+    final = {key: float("nan") if value is None else value for key, value in summary["final"].items()}  # None: nan
     print(f"[train] {job.name}: {summary['wall_time_s']:.0f} s ({phases}), "
-          f"llm1 task reward {summary['final'].get('llm1/task_reward', float('nan')):.3f}, "
-          f"KL {summary['final'].get('llm1/kl', float('nan')):.2f}", flush=True)
+          f"llm1 task reward {final.get('llm1/task_reward', float('nan')):.3f}, "
+          f"KL {final.get('llm1/kl', float('nan')):.2f}", flush=True)
     return summary
 
 
@@ -261,7 +322,8 @@ def stage_jobs(params: Params, groups: list[str]) -> list[Job]:
     jobs = [replace(job, task=tasks[params.experiments[group].task], model=model_path(params, job.model),
                     run_dir=str(out_dir(params, job.run_dir)), checkpoint_dir=str(out_dir(params, job.checkpoint_dir)))
             for group in groups for job in params.jobs[group]]
-    check_models(jobs)
+    check_models(params, jobs)
+    check_positions(jobs)
     check_prompts(jobs)
     code = code_digest("train")
     return [replace(job, fingerprint=fingerprint(job, code)) for job in jobs]
@@ -270,18 +332,24 @@ def stage_jobs(params: Params, groups: list[str]) -> list[Job]:
 def main(argv: list[str]) -> None:
     params = load_params()
     require_device(params)
-    runtime, last_n = params.runtime, params.report.last_n
     groups = argv or list(params.experiments)
     unknown = [group for group in groups if group not in params.experiments]
     if unknown:
         raise ConfigError(f"experiments.{unknown[0]}: no such experiment group "
                           f"(known: {', '.join(params.experiments)})")
+    with stage_lock(params, "train"):  # one writer of the profile's outputs (pipeline.single_writer)
+        train_groups(params, groups, owns_all=not argv)
+
+
+def train_groups(params: Params, groups: list[str], owns_all: bool) -> None:
+    """The stage's work on `groups` (`owns_all`: every group of params, whose folders are then all the stage's)."""
+    runtime, last_n = params.runtime, params.report.last_n
     tasks = {group: params.experiments[group].task for group in groups}  # group -> task name: its runs' MLflow param
     jobs = stage_jobs(params, groups)
     runs_root, checkpoints_root = out_dir(params, "runs"), out_dir(params, "checkpoints")
     checkpoints_root.mkdir(parents=True, exist_ok=True)  # a DVC output even when no group saves weights
     # Every group's folder is ours when the stage runs them all: a group gone from params goes from the outputs too.
-    owned = groups if argv else sorted({p.name for p in runs_root.glob("*")} | {p.name for p in checkpoints_root.glob("*")})
+    owned = groups if not owns_all else sorted({p.name for root in (runs_root, checkpoints_root) for p in root.glob("*")})
     stale = remove_stale(runs_root, jobs, owned, "run_dir") + remove_stale(checkpoints_root, jobs, owned, "checkpoint_dir")
     done, todo = plan(jobs)
     by_name = {job.name: job for job in jobs}  # a kept run's final values follow report.last_n

@@ -24,19 +24,38 @@ def clean_env(**extra: str) -> dict:
     return env
 
 
-def reproduce_smoke(repo: Path) -> Path:
-    """A copy of the tracked files (as a fresh clone would have them) under `repo`, committed, switched to the smoke
-    profile, reproduced, and its git-tracked results committed (so a `git clone` of it has them, as users get them)."""
+GIT = ("git", "-c", "user.name=ci", "-c", "user.email=ci@localhost")
+
+
+def copy_tracked(repo: Path, profile: str = "default", commit: bool = True) -> Path:
+    """The tracked files of this checkout, as they are in the working tree (the code under test), copied under
+    `repo`, with params.yaml rendered from `profile` and dvc.lock as committed: whatever profile the working copy's
+    params.yaml holds (the README's CPU path leaves the smoke one, and its repro a smoke dvc.lock), a test reads the
+    profile it means and writes only under its own `repo`. With `commit`, a git repository of its own, committed."""
+    from pipeline.profile import write
+
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
     for name in filter(None, files.stdout.split("\0")):
         if (ROOT / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, repo / name)
+    write(profile, repo / "params.yaml")
+    lock = subprocess.run(["git", "show", "HEAD:dvc.lock"], cwd=ROOT, capture_output=True, text=True)
+    if lock.returncode == 0:
+        (repo / "dvc.lock").write_text(lock.stdout)
+    if commit:
+        sh("git", "init", "-q", cwd=repo)
+        sh("git", "add", "-A", cwd=repo)
+        sh(*GIT, "commit", "-qm", "snapshot", cwd=repo)
+    return repo
+
+
+def reproduce_smoke(repo: Path) -> Path:
+    """A copy of the tracked files (as a fresh clone would have them) under `repo`, committed, switched to the smoke
+    profile, reproduced, and its git-tracked results committed (so a `git clone` of it has them, as users get them)."""
+    copy_tracked(repo, "default")
     env = clean_env(CORY_PIPELINE_RUN="smoke-test")
-    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]
-    sh("git", "init", "-q", cwd=repo)
-    sh("git", "add", "-A", cwd=repo)
-    sh(*git, "commit", "-qm", "snapshot", cwd=repo)
+    git = list(GIT)
     sh(sys.executable, "-m", "pipeline.profile", "smoke", cwd=repo, env=env)
     sh("dvc", "repro", cwd=repo, env=env)
     sh("git", "add", "-A", cwd=repo)

@@ -9,7 +9,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_variant_changes_a_setting_the_group_sets(tmp_path, monkeypatch):
-    monkeypatch.setenv("CORY_PARAMS", str(REPO / "params.yaml"))
+    from benchmark.common import profile_params
+
+    # the default profile, whatever the working copy's params.yaml holds
+    monkeypatch.setenv("CORY_PARAMS", str(profile_params("default", tmp_path)))
     variant = "ppo.mini_batch_size=128,ppo.gradient_accumulation_steps=1,ppo.generation.cache=dynamic"
     cfg, lm, tokenizer, reward, queries, answers = build("math", "cory", tmp_path, variant)
     assert (cfg.ppo.mini_batch_size, cfg.ppo.gradient_accumulation_steps, cfg.ppo.generation.cache) == (128, 1, "dynamic")

@@ -6,7 +6,8 @@ import pytest
 
 from cory.schema import ConfigError, from_dict
 from cory.tasks.config import IMDBDataConfig
-from cory.tasks.imdb import build_prompts, clean_review, load_imdb, read_jsonl, split_imdb
+from cory.files import read_jsonl
+from cory.tasks.imdb import build_prompts, clean_review, load_imdb, split_imdb
 from cory.runs.run import load_queries
 from cory.tasks.tokenizer import load_tokenizer
 

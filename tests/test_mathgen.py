@@ -234,8 +234,9 @@ def test_gsm8k_missing_files_and_offline_hub(tmp_path, monkeypatch):
         load_gsm8k("gsm", tmp_path)
     with pytest.raises(FileNotFoundError, match="data.math.gsm8k_path: no folder"):
         load_gsm8k("no/such/folder", tmp_path)
-    # fail at once, as HF_HUB_OFFLINE=1 does, instead of retrying for ~25 s without a network
+    # fail at once, as HF_HUB_OFFLINE=1 does, instead of retrying for ~25 s without a network; one line (ConfigError)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    with pytest.raises(ConnectionError, match="hub is unreachable.*set data.math.gsm8k_path to a folder"):
+    with pytest.raises(ConfigError, match="hub is unreachable.*set data.math.gsm8k_path to a folder"):
         load_gsm8k("openai/gsm8k", tmp_path)

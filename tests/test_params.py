@@ -49,8 +49,8 @@ def test_an_edited_params_yaml_is_valid_params(tmp_path, default):
     """params.yaml is a working copy: the edit `dvc exp run -S train.ppo.learning_rate=2e-5` makes (DVC writes YAML
     1.2, `2e-05`, which YAML 1.1 reads as a string) is read like any params file, and nothing compares it with the
     profiles."""
-    text = (ROOT / "params.yaml").read_text().replace("learning_rate: 1.41e-05", "learning_rate: 2e-05", 1)
-    assert text != (ROOT / "params.yaml").read_text()
+    text = committed_params_yaml().replace("learning_rate: 1.41e-05", "learning_rate: 2e-05", 1)
+    assert text != committed_params_yaml()
     path = tmp_path / "params.yaml"
     path.write_text(text)
     assert load_params(path).train.ppo.learning_rate == 2e-5
@@ -118,9 +118,17 @@ def test_trainer_config_checks_batch_arithmetic_and_estimators():
     assert cfg.ppo.backward_batch_size == 32 and cfg.ppo.optimizer_steps_per_epoch == 1
 
 
-def run_stage(module: str, params_path, *args) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A copy of the repository for the stages below: what they write (a stage lock, outputs/<profile>/) stays there."""
+    from smoke import copy_tracked
+
+    return copy_tracked(tmp_path_factory.mktemp("stages") / "repo", "default", commit=False)
+
+
+def run_stage(module: str, params_path, *args, cwd=ROOT) -> subprocess.CompletedProcess:
     env = {"CORY_PARAMS": str(params_path), "PATH": "/usr/bin:/bin", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
 def test_a_stage_with_a_typo_in_params_exits_with_one_line(tmp_path, default):
@@ -246,13 +254,13 @@ def test_errors_name_a_setting_path_that_exists(default, dotted, bad):
     assert named.startswith(dotted.rsplit(".", 1)[0])
 
 
-def test_train_stage_without_its_inputs_names_the_missing_file(tmp_path, default):
+def test_train_stage_without_its_inputs_names_the_missing_file(tmp_path, default, repo):
     params = copy.deepcopy(default)
     params["profile"] = "missing_inputs_test"
     params["runtime"]["device"] = "auto"  # the default profile's "cuda" would stop it first on a CPU machine
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
-    result = run_stage("pipeline.train", path)
+    result = run_stage("pipeline.train", path, cwd=repo)  # it gets past validation: in a copy, not the working tree
     assert result.returncode == 1
     assert "outputs/missing_inputs_test/data/imdb/prompts.jsonl not found (run its data stage first)" in result.stderr
     assert "Traceback" not in result.stderr

@@ -11,7 +11,7 @@ from test_params import default  # noqa: F401 (the default profile's tree, a fix
 from cory.schema import ConfigError
 from pipeline.params import Params, deviations, validate
 from pipeline.paths import ROOT
-from pipeline.profile import render
+from pipeline.profile import render, write
 from test_params import write_profiles
 
 
@@ -268,12 +268,14 @@ def test_deviations_name_existing_profiles(tmp_path):
         deviations("default", path)
 
 
-def test_validating_params_imports_no_stage_module_and_no_torch():
+def test_validating_params_imports_no_stage_module_and_no_torch(tmp_path):
     code = ("import sys, runpy; sys.argv = ['pipeline.params']; runpy.run_module('pipeline.params', run_name='__main__')"
             "\nheavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'matplotlib')"
             " or m in ('pipeline.train', 'pipeline.base_models', 'pipeline.reward_model', 'pipeline.evaluate',"
             " 'pipeline.report', 'pipeline.prepare_imdb', 'pipeline.prepare_math'))\nprint('heavy:', heavy)")
-    env = {"CORY_PARAMS": str(ROOT / "params.yaml"), "PATH": "/usr/bin:/bin"}
+    params = tmp_path / "params.yaml"  # the default profile, whatever the working copy's params.yaml holds
+    write("default", params)
+    env = {"CORY_PARAMS": str(params), "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "params.yaml: every setting is valid" in result.stdout

@@ -3,14 +3,12 @@
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from smoke import copy_tracked
 
 
 def tracked(repo: Path, under: str) -> dict[str, str]:
@@ -18,18 +16,17 @@ def tracked(repo: Path, under: str) -> dict[str, str]:
     return {name: hashlib.md5((repo / name).read_bytes()).hexdigest() for name in files.split()}
 
 
+@pytest.fixture(scope="module")
+def default_repo(tmp_path_factory) -> Path:
+    """A copy of the repository with the default profile in params.yaml, whatever the working copy holds: the stages
+    below run there, so that nothing they might write lands in the working tree."""
+    return copy_tracked(tmp_path_factory.mktemp("default") / "repo", "default", commit=False)
+
+
 def test_dvc_repro_of_the_default_profile_without_a_gpu_stops_at_once_and_keeps_committed_results(tmp_path):
-    repo = tmp_path / "repo"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    for name in filter(None, files.split("\0")):
-        if (ROOT / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, repo / name)
+    repo = copy_tracked(tmp_path / "repo", "default")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "DVC_NO_ANALYTICS": "1"}
     env.pop("CORY_PARAMS", None)
-    for args in (["git", "init", "-q"], ["git", "add", "-A"],
-                 ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost", "commit", "-qm", "snapshot"]):
-        subprocess.run(args, cwd=repo, check=True)
     before = tracked(repo, "outputs/default")
     assert len(before) > 10
     result = subprocess.run(["dvc", "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
@@ -41,22 +38,22 @@ def test_dvc_repro_of_the_default_profile_without_a_gpu_stops_at_once_and_keeps_
     assert not list((repo / "outputs/default").glob("data/*/prompts.jsonl"))  # and no work was done
 
 
-def test_a_compute_stage_names_the_cpu_path_in_one_line():
+def test_a_compute_stage_names_the_cpu_path_in_one_line(default_repo):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    env.pop("CORY_PARAMS", None)  # the committed params.yaml: the default profile
-    result = subprocess.run([sys.executable, "-m", "pipeline.base_models", "math"], cwd=ROOT, env=env,
+    env.pop("CORY_PARAMS", None)  # the copy's params.yaml: the default profile
+    result = subprocess.run([sys.executable, "-m", "pipeline.base_models", "math"], cwd=default_repo, env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and "runtime.device: the 'default' profile needs a CUDA GPU" in result.stderr
 
 
 @pytest.mark.parametrize("stage", ["prepare_imdb", "prepare_math"])
-def test_a_data_stage_checks_for_the_gpu_without_importing_torch(stage):
+def test_a_data_stage_checks_for_the_gpu_without_importing_torch(stage, default_repo):
     """The data stages never compute with torch, so their GPU check asks the NVIDIA driver (importing torch took 5.1 s
     on the GPU machine, 2026-12-02); the error is the compute stages' one line."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("CORY_PARAMS", None)
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", f"pipeline.{stage}"], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", f"pipeline.{stage}"], cwd=default_repo, env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]

@@ -167,13 +167,12 @@ def test_the_first_wave_of_runs_is_at_most_half_compiled_runs_and_the_rest_longe
     """The default profile's runs on 12 slots: its math runs (ppo.speed.compile) are among the longest, but at most 6
     of them start at once, the costliest; the longest uncompiled runs fill the other slots, and the rest go longest
     first."""
-    import yaml
-
     from cory.runs.config import expand_jobs
     from pipeline.paths import ROOT
     from pipeline.params import validate
+    from pipeline.profile import render
 
-    default = yaml.safe_load((ROOT / "params.yaml").read_text())
+    default = render("default")  # the profile this test means, not whichever params.yaml holds
     tree = validate(default)
     jobs = [job for group, exp in tree.experiments.items()
             for job in expand_jobs(group, exp, tree.tasks[exp.task], default["train"], tree.seeds, ROOT / "runs")]

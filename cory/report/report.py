@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cory.files import read_json
 from cory.report.claims import Claim, build_claims
 from cory.report import plots
 from cory.report.config import ReportConfig
@@ -26,7 +27,7 @@ def read_rerun(cfg: ReportConfig, profile: str, root: Path) -> tuple[str, dict |
         return None
     where = cfg.rerun.format(profile=profile)
     path = root / where
-    return where, json.loads(path.read_text()) if path.is_file() else None
+    return where, read_json(path) if path.is_file() else None
 
 
 def write_report(

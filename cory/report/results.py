@@ -10,7 +10,6 @@ group ran.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import numpy as np
 if TYPE_CHECKING:  # pandas is imported where histories are read: every stage checks params through this module
     import pandas as pd
 
+from cory.files import read_json, read_jsonl
 from cory.runs.config import ExperimentConfig, eta_name
 from cory.schema import ConfigError
 
@@ -158,14 +158,14 @@ def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
             if not (folder / name).is_file():
                 raise FileNotFoundError(f"{folder / name}: not found (did the train stage finish this seed?)")
         histories[seed] = pd.read_csv(folder / "history.csv").sort_values("iteration").reset_index(drop=True)
-        summary = json.loads((folder / "summary.json").read_text())
+        summary = read_json(folder / "summary.json")
         wall[seed] = float(summary.get("wall_time_s", math.nan))
         memory[seed] = float(summary.get("peak_gpu_memory_gib") or math.nan)
         if summary.get("phase_seconds"):
             phases[seed] = {name: float(seconds) for name, seconds in summary["phase_seconds"].items()}
         if not config:  # seeds differ only in `seed`: the first one's config stands for the run
-            config = json.loads((folder / "config.json").read_text())
-            samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line]
+            config = read_json(folder / "config.json")
+            samples = read_jsonl(folder / "samples.jsonl")
     name = "/".join(run_dir.parts[-2:])
     return Run(name, histories, config, samples, wall, memory, phases)
 
@@ -210,13 +210,13 @@ class Inputs:
 def _read_json(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found (did its stage run?)")
-    return json.loads(path.read_text())
+    return read_json(path)
 
 
 def _json_folder(path: Path) -> dict[str, dict]:
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: folder not found (did its stage run?)")
-    return {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json"))}
+    return {p.stem: read_json(p) for p in sorted(path.glob("*.json"))}
 
 
 def expected_runs(group: str, experiments: dict[str, ExperimentConfig]) -> tuple[str, ...]:

@@ -11,8 +11,12 @@ its checkpoint ends with the same history as an uninterrupted run of the same se
 - whatever the caller adds (`extra`: the samples logged so far, the seconds spent).
 
 Layout: `<directory>/it<k>/` per checkpoint and `<directory>/latest`, a one-line file naming the newest complete one.
-`latest` is replaced by an atomic rename after the checkpoint is fully written, and older checkpoints are deleted
-only then, so a kill at any moment leaves a complete checkpoint in force.
+A checkpoint is written into `it<k>.partial/` and renamed to `it<k>/` once complete; `latest` is then replaced by an
+atomic rename, and older checkpoints are deleted only then, so a kill at any moment leaves a complete checkpoint in
+force. A save that fails (a full disk) removes its partial folder and raises; the one in force stays.
+
+A checkpoint that cannot be read back (a file missing, truncated or garbled: its state.json records every other
+file's size) is a CheckpointError naming the file; the run then starts over (cory.runs.run), it never stops the stage.
 """
 
 from __future__ import annotations
@@ -29,31 +33,43 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 LATEST = "latest"
+PARTIAL = ".partial"
+"""Suffix of a checkpoint folder being written."""
+STATE = "state.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read back; the message names its file."""
 
 
 def save_checkpoint(directory: str | Path, trainer, extra: dict[str, Any]) -> Path:
     """Write the trainer's state after its last completed iteration (trainer.iteration - 1) into `directory`."""
     directory = Path(directory)
     name = f"it{trainer.iteration - 1:06d}"
-    target = directory / name
-    shutil.rmtree(target, ignore_errors=True)  # a half-written one from a kill during an earlier save
-    target.mkdir(parents=True)
-    for agent in trainer.agents:
-        _save_lm_weights(agent, target / f"{agent.name}.safetensors")
-        save_file(agent.value_head.state_dict(), str(target / f"{agent.name}.value_head.safetensors"))
-        torch.save(agent.optimizer.state_dict(), target / f"{agent.name}.optimizer.pt")
-    torch.save(
-        {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-        target / "rng.pt",
-    )
-    state = {
-        "trainer": trainer.state_dict(),
-        "agents": {agent.name: agent.training_state() for agent in trainer.agents},
-        "numpy_rng": _numpy_state(),
-        "python_rng": _python_state(),
-        "extra": extra,
-    }
-    (target / "state.json").write_text(json.dumps(state))
+    target, partial = directory / name, directory / f"{name}{PARTIAL}"
+    shutil.rmtree(partial, ignore_errors=True)  # a half-written one from a kill during an earlier save
+    partial.mkdir(parents=True)
+    try:
+        for agent in trainer.agents:
+            _save_lm_weights(agent, partial / f"{agent.name}.safetensors")
+            save_file(agent.value_head.state_dict(), str(partial / f"{agent.name}.value_head.safetensors"))
+            torch.save(agent.optimizer.state_dict(), partial / f"{agent.name}.optimizer.pt")
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+        torch.save({"torch": torch.get_rng_state(), "cuda": cuda}, partial / "rng.pt")
+        state = {
+            "trainer": trainer.state_dict(),
+            "agents": {agent.name: agent.training_state() for agent in trainer.agents},
+            "numpy_rng": _numpy_state(),
+            "python_rng": _python_state(),
+            "extra": extra,
+            "sizes": {file.name: file.stat().st_size for file in sorted(partial.iterdir())},  # checked on load
+        }
+        (partial / STATE).write_text(json.dumps(state))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # no partial checkpoint stays behind a failed save
+        raise
     pointer = directory / f"{LATEST}.tmp"
     pointer.write_text(name + "\n")
     os.replace(pointer, directory / LATEST)  # the checkpoint counts from here on
@@ -63,38 +79,67 @@ def save_checkpoint(directory: str | Path, trainer, extra: dict[str, Any]) -> Pa
     return target
 
 
-def checkpoint_extra(directory: str | Path) -> dict[str, Any] | None:
-    """The `extra` of the newest checkpoint in `directory` (without loading any weights), or None."""
-    pointer = Path(directory) / LATEST
-    if not pointer.is_file():
-        return None
-    return json.loads((Path(directory) / pointer.read_text().strip() / "state.json").read_text())["extra"]
-
-
-def load_checkpoint(directory: str | Path, trainer) -> dict[str, Any] | None:
-    """Restore the trainer (agents, optimizers, RNGs) from the newest checkpoint in `directory`; return its `extra`,
-    or None when there is none. The trainer must be built as for the saved run (same config, model and seed)."""
-    directory = Path(directory)
+def _state(directory: Path) -> tuple[Path, dict[str, Any]] | None:
+    """(the folder of the checkpoint in force, its state), checked against the sizes it records; None where there
+    is no checkpoint; CheckpointError naming the file that is missing, of another size or not JSON."""
     pointer = directory / LATEST
     if not pointer.is_file():
         return None
     source = directory / pointer.read_text().strip()
-    state = json.loads((source / "state.json").read_text())
-    for agent in trainer.agents:
-        device = agent.device
-        _load_lm_weights(agent, source / f"{agent.name}.safetensors")
-        agent.refresh_copy()
-        agent.value_head.load_state_dict(load_file(str(source / f"{agent.name}.value_head.safetensors"), device=str(device)))
-        agent.optimizer.load_state_dict(torch.load(source / f"{agent.name}.optimizer.pt", map_location=device,
-                                                   weights_only=True))
-        agent.load_training_state(state["agents"][agent.name])
-    trainer.load_state_dict(state["trainer"])
-    rng = torch.load(source / "rng.pt", weights_only=True)
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    _set_numpy_state(state["numpy_rng"])
-    random.setstate((state["python_rng"][0], tuple(state["python_rng"][1]), state["python_rng"][2]))
+    file = source / STATE
+    try:
+        state = json.loads(file.read_text())
+        sizes = state["sizes"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{file}: cannot be read ({type(exc).__name__}: {exc})") from None
+    for name, size in sizes.items():
+        path = source / name
+        actual = path.stat().st_size if path.is_file() else None
+        if actual != size:
+            have = "missing" if actual is None else f"{actual} bytes"
+            raise CheckpointError(f"{path}: {have}, the checkpoint records {size} bytes")
+    return source, state
+
+
+def checkpoint_extra(directory: str | Path) -> dict[str, Any] | None:
+    """The `extra` of the newest checkpoint in `directory` (without loading any weights), or None."""
+    found = _state(Path(directory))
+    return None if found is None else found[1]["extra"]
+
+
+def load_checkpoint(directory: str | Path, trainer) -> dict[str, Any] | None:
+    """Restore the trainer (agents, optimizers, RNGs) from the newest checkpoint in `directory`; return its `extra`,
+    or None when there is none. The trainer must be built as for the saved run (same config, model and seed). A file
+    that cannot be loaded is a CheckpointError naming it, the trainer then half restored: build it again."""
+    found = _state(Path(directory))
+    if found is None:
+        return None
+    source, state = found
+    file = source / STATE
+    try:
+        for agent in trainer.agents:
+            device = agent.device
+            file = source / f"{agent.name}.safetensors"
+            _load_lm_weights(agent, file)
+            agent.refresh_copy()
+            file = source / f"{agent.name}.value_head.safetensors"
+            agent.value_head.load_state_dict(load_file(str(file), device=str(device)))
+            file = source / f"{agent.name}.optimizer.pt"
+            agent.optimizer.load_state_dict(torch.load(file, map_location=device, weights_only=True))
+            file = source / STATE
+            agent.load_training_state(state["agents"][agent.name])
+        trainer.load_state_dict(state["trainer"])
+        file = source / "rng.pt"
+        rng = torch.load(file, weights_only=True)
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        file = source / STATE
+        _set_numpy_state(state["numpy_rng"])
+        random.setstate((state["python_rng"][0], tuple(state["python_rng"][1]), state["python_rng"][2]))
+    except Exception as exc:  # noqa: BLE001 - whatever the loader raises (safetensors', pickle's, a shape), one error
+        text = " ".join(str(exc).split())[:300]
+        raise CheckpointError(f"{file}: cannot be loaded ({type(exc).__name__}: {text})") from None
     return state["extra"]
 
 

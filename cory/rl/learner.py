@@ -120,7 +120,8 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
                     raise NonFiniteError(f"non-finite PPO loss (policy {stats['policy_loss'].item()}, value "
                                          f"{stats['value_loss'].item()}) in epoch {epoch}, mini-batch starting at "
                                          f"{mb_start + start}")
-                stats_acc.append(stats)
+                if finite:  # a skipped non-finite mini-batch (under skip, also one whose samples were all dropped:
+                    stats_acc.append(stats)  # its masked means are 0/0) is counted below, not averaged in
                 # A runaway mini-batch (mean ratio above the threshold) is skipped: no backward ("skip"), or trl's
                 # `loss * 0.0`, a zero gradient Adam still steps on ("trl"). A non-finite loss is never
                 # backpropagated: times 0 it would still give NaN gradients.
@@ -143,8 +144,10 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
             else:
                 skipped_steps += 1
             agent.optimizer.zero_grad(set_to_none=True)
-    # One device->host sync for all the mini-batch statistics.
-    stacked = {k: torch.stack([s[k] for s in stats_acc]).mean().item() for k in stats_acc[0]}
+    # One device->host sync for all the mini-batch statistics; None (an empty cell of history.csv, left out of the
+    # final means) where every mini-batch was skipped as non-finite.
+    stacked = ({k: torch.stack([s[k] for s in stats_acc]).mean().item() for k in stats_acc[0]} if stats_acc
+               else dict.fromkeys(MINIBATCH_STATS))
     mask = exp.mask.float()
     kl_for_controller = (exp.kl_penalty * mask).sum(1).mean().item()
     agent.kl_ctl.update(kl_for_controller, B)
@@ -154,6 +157,10 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
         "skipped_steps": float(skipped_steps),
         "kl_coef": agent.kl_ctl.value,
     }
+
+
+MINIBATCH_STATS = ("policy_loss", "value_loss", "policy_clipfrac", "value_clipfrac", "approx_kl")
+"""The statistics each mini-batch's loss reports (`_minibatch_loss`), averaged over the update's mini-batches."""
 
 
 def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:

@@ -10,11 +10,13 @@ and `observer/` follow the role, so after a role exchange `pioneer/kl` continues
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
+
+from cory.files import atomic_write, write_json, write_jsonl
 
 IDENTITIES = {
     "llm1": "LLM1, the model copy that starts as pioneer (follows the model across role exchanges)",
@@ -166,8 +168,8 @@ class MetricsWriter:
                 f"{self.history_path}: {', '.join(extra)} not among the columns of the first row; log every key "
                 "from the first iteration on"
             )
-        with open(self.history_path, "a", newline="") as fh:
-            csv.writer(fh).writerow([_cell(row[key]) if key in row else "" for key in self.columns])
+        with open(self.history_path, "a", newline="") as fh:  # a None value (nothing measured) is an empty cell
+            csv.writer(fh).writerow([_cell(row[key]) if row.get(key) is not None else "" for key in self.columns])
         self.rows.append(row)
 
     @classmethod
@@ -186,12 +188,16 @@ class MetricsWriter:
         any later ones, and return the kept rows."""
         with open(self.history_path, newline="") as fh:
             reader = csv.reader(fh)
-            columns = next(reader)
-            cells = [next(reader) for _ in range(iterations)]
+            columns = next(reader, None)
+            cells = [row for _, row in zip(range(iterations), reader)]
+        if columns is None or len(cells) < iterations:
+            raise ValueError(f"{self.history_path}: holds {len(cells)} rows, fewer than the {iterations} iterations "
+                             "its run's checkpoint covers")
         self.columns = columns
         self.rows = [{k: float(v) for k, v in zip(columns, row) if v != ""} for row in cells]
-        with open(self.history_path, "w", newline="") as fh:
-            csv.writer(fh).writerows([columns, *cells])
+        text = io.StringIO()
+        csv.writer(text).writerows([columns, *cells])
+        atomic_write(self.history_path, text.getvalue())  # a kill meanwhile leaves the rows the checkpoint covers
         return self.rows
 
     def final_values(self, last_n: int) -> dict[str, float]:
@@ -203,7 +209,7 @@ class MetricsWriter:
         tail = self.rows[-last_n:]
         final = {}
         for key in self.columns or []:
-            values = [float(row[key]) for row in tail if key in row]
+            values = [float(row[key]) for row in tail if row.get(key) is not None]
             if values and key != "iteration":
                 mean = sum(values) / len(values)
                 final[key] = mean if math.isfinite(mean) else None
@@ -216,13 +222,10 @@ class MetricsWriter:
         if clash:
             raise ValueError(f"summary(): {', '.join(sorted(clash))} is reserved")
         summary = {"final": self.final_values(last_n), "iterations": len(self.rows), "last_n": last_n, **extra}
-        with open(self.run_dir / "summary.json", "w") as fh:
-            json.dump(summary, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+        write_json(self.run_dir / "summary.json", summary)  # atomically: a kill leaves the old one or this one
         return summary
 
     def samples(self, rows: list[dict[str, Any]]) -> None:
-        """Write samples.jsonl: one JSON object per generation (free-form columns such as query, response, score)."""
-        with open(self.run_dir / "samples.jsonl", "w") as fh:
-            for row in rows:
-                fh.write(json.dumps(row) + "\n")
+        """Write samples.jsonl: one JSON object per generation (free-form columns such as query, response, score),
+        a score that is not finite as null (strict JSON)."""
+        write_jsonl(self.run_dir / "samples.jsonl", rows)

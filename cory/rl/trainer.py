@@ -7,6 +7,7 @@ it; PPO simply has no observer.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from typing import Callable, Sequence
@@ -69,7 +70,7 @@ class Trainer:
             task_scores, training_scores, keep = self._rewards(queries, rollouts, answers)  # lines 12-14, Eq. 4
         with timer("update"):
             metrics = self._update(rollouts, task_scores, training_scores, keep)  # one PPO step each (lines 15-16)
-        self.last_samples = self._samples(queries, rollouts, task_scores)
+        self.last_samples = self._samples(queries, rollouts, task_scores, keep)
         swap = self._exchange_roles()  # Eq. 5
         metrics.update({f"timing/{k}": v for k, v in timer.totals.items()})
         metrics["timing/iteration"] = sum(timer.totals.values())
@@ -180,18 +181,28 @@ class Trainer:
             raise NonFiniteError(f"iteration {self.iteration}: no sample left with a finite task score ({where})")
         return keep
 
-    def generate_alone(self, queries: Sequence[str], answers: Sequence[str] | None, iteration: int) -> list[dict]:
+    def generate_alone(self, queries: Sequence[str], answers: Sequence[str] | None, iteration: int,
+                       source: str = "a logged sample") -> list[dict]:
         """LLM1 used alone, with the pioneer prompt and the longest response length, scored by the task reward:
-        the before/after generations of the paper's Table 3."""
+        the before/after generations of the paper's Table 3 (and the probe's, `source` saying which). A score that
+        is not finite stops the run naming the iteration, LLM1 and `source` (ppo.on_nonfinite: error), or is None
+        (skip: null in samples.jsonl, left out of the probe's mean)."""
         if not queries:
             return []
         llm1 = self.agents[0]
         prompts = [self.cfg.prompt_template.format(query=q) for q in queries]
         rollout = self._generate(llm1, prompts, self.cfg.ppo.generation.response_length[1])
-        scores = self.reward_fn(queries, rollout.responses, answers)
+        scores = [float(s) for s in self.reward_fn(queries, rollout.responses, answers)]
+        bad = [i for i, s in enumerate(scores) if not math.isfinite(s)]
+        if bad and self.cfg.ppo.on_nonfinite == "error":
+            i = bad[0]
+            raise NonFiniteError(f"iteration {iteration}, {llm1.name} alone ({source}): the task reward returned a "
+                                 f"non-finite score for {len(bad)} of {len(scores)} samples; first: the answer "
+                                 f"{rollout.responses[i]!r} to {queries[i]!r} scored {scores[i]} (ppo.on_nonfinite: "
+                                 "skip logs such a score as null instead)")
         return [
             {"iteration": iteration, "query": q, "pioneer_agent": llm1.name, "pioneer_prompt": p,
-             "pioneer_response": r, "pioneer_score": float(s)}
+             "pioneer_response": r, "pioneer_score": s if math.isfinite(s) else None}
             for q, p, r, s in zip(queries, prompts, rollout.responses, scores)
         ]
 
@@ -204,8 +215,9 @@ class Trainer:
         answers = None if answers is None else [a for a in answers for _ in range(k)]
         device = self.agents[0].device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            rows = self.generate_alone(queries, answers, self.iteration)
-        return {f"{self.agents[0].name}/probe_task_reward": float(np.mean([row["pioneer_score"] for row in rows]))}
+            rows = self.generate_alone(queries, answers, self.iteration, source="the probe")
+        scores = [row["pioneer_score"] for row in rows if row["pioneer_score"] is not None]  # None: skipped, not finite
+        return {f"{self.agents[0].name}/probe_task_reward": float(np.mean(scores)) if scores else None}
 
     def _generate(self, agent: Agent, prompts: list[str], max_new_tokens: int, dropout: bool = False) -> Rollout:
         ppo_cfg = self.cfg.ppo
@@ -239,8 +251,10 @@ class Trainer:
             **stats,
         }
 
-    def _samples(self, queries, rollouts: dict[str, Rollout], scores: dict[str, torch.Tensor]) -> list[dict]:
-        rows = []
+    def _samples(self, queries, rollouts: dict[str, Rollout], scores: dict[str, torch.Tensor], keep: torch.Tensor
+                 ) -> list[dict]:
+        """The iteration's logged generations; a dropped sample's score (not finite, ppo.on_nonfinite: skip) is None."""
+        rows, kept = [], keep.tolist()
         k = self.cfg.ppo.samples_per_query  # one attempt per query: the first of each group
         for i in list(range(0, len(queries), k))[: self.cfg.samples_to_log]:
             row = {"iteration": self.iteration, "query": queries[i]}
@@ -249,7 +263,7 @@ class Trainer:
                 row[f"{role}_agent"] = agent.name
                 row[f"{role}_prompt"] = rollout.prompts[i]
                 row[f"{role}_response"] = rollout.responses[i]
-                row[f"{role}_score"] = float(scores[role][i])
+                row[f"{role}_score"] = float(scores[role][i]) if kept[i] else None
             rows.append(row)
         return rows
 

@@ -27,14 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from cory.files import atomic_write, folder_records
 from cory.runs.config import Job
-from cory.schema import to_dict
+from cory.schema import ConfigError, to_dict
 
 
 def load_queries(path: str | Path) -> tuple[list[str], list[str] | None]:
     """RL prompts from a jsonl file: (queries, gold answers or None). Rows hold "query" (or GSM8K's "question") and,
     if the first row has one, every row an "answer"; a bad row is one error naming the file and its line."""
-    from cory.tasks.imdb import iter_jsonl
+    from cory.files import iter_jsonl
     from cory.tasks.rewards import gsm8k_answer
 
     path = Path(path)
@@ -89,6 +90,17 @@ def load_lm(name_or_path: str, device: str, load_in_4bit: bool = False):
     return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model").to(device)
 
 
+def check_positions(job: Job, lm) -> None:
+    """The run's longest response leaves room for a prompt in the loaded model's positions (the train stage checks
+    models in local folders before any run starts; a hub model's are known here, before its first iteration)."""
+    from cory.rl.decoding import model_positions
+
+    positions, longest = model_positions(lm), job.train.ppo.generation.response_length[1]
+    if positions is not None and longest >= positions:
+        raise ConfigError(f"train.ppo.generation.response_length: {longest} new tokens leave no room for a prompt in "
+                          f"the {positions} positions of {job.model} (run {job.name})")
+
+
 @dataclass
 class _Run:
     """What the phases of `run_training` share: the run's inputs, its trainer and writer, and where its time goes."""
@@ -133,7 +145,7 @@ def run_training(job: Job, device: str, tracker=None, log_every: int = 1, checkp
     <checkpoint_dir>/resume/, and a run that finds a checkpoint of its own fingerprint there continues from it: the
     history it ends with is the one an uninterrupted run of the same seed writes. The checkpoint is deleted when the
     run completes."""
-    run = _setup(job, device)
+    run = _setup_or_start_over(job, device)
     samples, first, spent = _resume(run, tracker)
     samples = _train(run, samples, first, spent, tracker, log_every, checkpoint_every)
     return _finish(run, samples, first, spent, tracker, last_n)
@@ -157,8 +169,9 @@ def _setup(job: Job, device: str) -> _Run:
     phase = PhaseTimer(device)  # where this process's wall time went, in summary.json's phase_seconds
     with phase("setup"):
         queries, answers = load_queries(job.task.prompts)
-        tokenizer = load_tokenizer(job.model)
+        tokenizer = load_tokenizer(job.model, "model")
         lm = load_lm(job.model, device, job.train.load_in_4bit)
+        check_positions(job, lm)
         if job.task.reward == "sentiment":
             reward = build_reward("sentiment", model_name_or_path=job.task.reward_model, device=device)
         else:
@@ -166,7 +179,42 @@ def _setup(job: Job, device: str) -> _Run:
         trainer = Trainer(job.train, lm, tokenizer, reward, seed=job.seed)
         writer = MetricsWriter(job.run_dir)
         resumed = load_checkpoint(Path(job.checkpoint_dir or job.run_dir) / "resume", trainer)
+        if resumed is not None:
+            covered(writer.history_path, trainer.iteration)
     return _Run(job, device, phase, start, queries, answers, tokenizer, trainer, writer, resumed)
+
+
+def covered(history: Path, iterations: int) -> None:
+    """A resumed run's history.csv holds a row for each iteration its checkpoint covers (a header, then one line per
+    row), else a CheckpointError naming it: the run then starts over, as with a damaged checkpoint."""
+    from cory.rl.checkpoint import CheckpointError
+
+    try:
+        with open(history, "rb") as fh:
+            rows = sum(1 for _ in fh) - 1
+    except OSError as exc:
+        raise CheckpointError(f"{history}: cannot be read ({exc})") from None
+    if rows < iterations:
+        raise CheckpointError(f"{history}: holds {max(rows, 0)} rows, fewer than the {iterations} iterations the "
+                              "run's checkpoint covers")
+
+
+def _setup_or_start_over(job: Job, device: str) -> _Run:
+    """`_setup`; where the run's resume checkpoint cannot be loaded (cory.rl.checkpoint.CheckpointError, naming the
+    file), the run starts over from nothing (its checkpoint and run folder deleted, the trainer built again: the
+    half-restored one is dropped), as a run without a checkpoint would: one damaged checkpoint costs its run's
+    iterations so far, never the stage."""
+    from cory.rl.checkpoint import CheckpointError
+
+    try:
+        return _setup(job, device)
+    except CheckpointError as exc:
+        reason = str(exc)  # the half-restored trainer goes with the exception, at the end of this block
+    resume = Path(job.checkpoint_dir or job.run_dir) / "resume"
+    print(f"[train] {job.name}: {reason}: the run starts over", flush=True)
+    shutil.rmtree(resume, ignore_errors=True)
+    shutil.rmtree(job.run_dir, ignore_errors=True)
+    return _setup(job, device)
 
 
 def _resume(run: _Run, tracker) -> tuple[list[dict], int, float]:
@@ -181,9 +229,9 @@ def _resume(run: _Run, tracker) -> tuple[list[dict], int, float]:
                          f"{resumed.get('fingerprint')!r}, this run's {job.fingerprint!r}); delete it to start over")
     if resumed is None:
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        (run.run_dir / "config.json").write_text(json.dumps(to_dict(job.train), indent=2) + "\n")
-        (run.run_dir / "provenance.json").write_text(
-            json.dumps({"run": job.name, "model": job.model, **provenance(run.device)}, indent=2) + "\n")
+        atomic_write(run.run_dir / "config.json", json.dumps(to_dict(job.train), indent=2) + "\n")
+        atomic_write(run.run_dir / "provenance.json",
+                     json.dumps({"run": job.name, "model": job.model, **provenance(run.device)}, indent=2) + "\n")
         with run.phase("samples"):
             return run.trainer.generate_alone(*run.fixed, iteration=-1), 0, 0.0
     first = run.trainer.iteration
@@ -236,11 +284,18 @@ def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker, l
     job, trainer, phase = run.job, run.trainer, run.phase
     with phase("samples"):
         samples += trainer.generate_alone(*run.fixed, iteration=job.train.iterations)
+    saved = Path(job.checkpoint_dir or run.run_dir)
     with phase("save"):
         run.writer.samples(samples)
         if job.save_models:
             for agent in trainer.agents:
-                agent.save(Path(job.checkpoint_dir or run.run_dir) / agent.name, run.tokenizer)
+                agent.save(saved / agent.name, run.tokenizer)
+        # what the run wrote, recorded in its summary: a rerun keeps the run only while its files are these
+        # (pipeline.train.finished_summary); summary.json itself, written last, is not among them
+        files = folder_records(run.run_dir, leave_out=("summary.json",), lines=("history.csv",))
+        agents = [agent.name for agent in trainer.agents] if job.save_models else []
+        saved_files = {f"{name}/{file}": record for name in agents
+                       for file, record in folder_records(saved / name).items()}
     # Peak GPU memory this run's tensors held (one process; the train stage runs runtime.workers of them at once).
     cuda = torch.device(run.device).type == "cuda"
     peak = torch.cuda.max_memory_allocated(run.device) / 2**30 if cuda else None
@@ -249,7 +304,8 @@ def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker, l
                                  fingerprint=job.fingerprint, resumed_after=None if run.resumed is None else first - 1,
                                  phase_seconds={name: round(seconds, 2) for name, seconds in phase.totals.items()},
                                  decoding_shapes={agent.name: cache_shapes(agent.compute_lm)
-                                                  for agent in trainer.agents})
+                                                  for agent in trainer.agents},
+                                 files=files, **({"saved_files": saved_files} if job.save_models else {}))
     shutil.rmtree(run.resume_dir, ignore_errors=True)  # summary.json marks the run complete: nothing left to resume
     if tracker is not None:
         tracker.log_samples(run.run_dir / "samples.jsonl", job.train.iterations)

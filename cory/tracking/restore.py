@@ -4,11 +4,11 @@ as the finished training run it records (tagged `restored_from=dvc`), so MLflow 
 from __future__ import annotations
 
 import csv
-import json
 import time
 from pathlib import Path
 from typing import Any
 
+from cory.files import read_json
 from cory.tracking.runs import log_samples_table
 from cory.tracking.store import create_run, experiment_of, mlflow_client, runs_of, warn
 from cory.tracking.tags import config_hash, flatten, run_identity, run_tags
@@ -48,9 +48,9 @@ def _restore(
     """Log a run folder as the finished training run it records, with the commit that trained it."""
     from mlflow.entities import Metric, Param
 
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = read_json(folder / "summary.json")
     trained_by = folder / "provenance.json"
-    provenance_ = json.loads(trained_by.read_text()) if trained_by.is_file() else {}
+    provenance_ = read_json(trained_by) if trained_by.is_file() else {}
     commit = provenance_.get("git_commit", "unknown")
     identity = run_identity(key, task, provenance_.get("model"))
     extra = {**identity, "seed": summary.get("seed"), "algorithm": summary.get("algorithm"), "restored_from": "dvc"}
@@ -82,7 +82,7 @@ def sync_runs(runs_dir: Path, profile: str, tasks: dict[str, str] | None = None)
         experiment_id = experiment_of(client, profile)
         for folder in folders:
             key = folder.relative_to(runs_dir).as_posix()
-            config = json.loads((folder / "config.json").read_text())
+            config = read_json(folder / "config.json")
             if not _is_logged(client, experiment_id, f"{profile}/{key}", config_hash(config)):
                 _restore(client, experiment_id, folder, key, profile, config, (tasks or {}).get(key.split("/")[0]))
                 logged.append(key)

@@ -4,7 +4,6 @@ no-op at the first problem, `FinishedRun` for work logged once it is done, and a
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import threading
 import time
@@ -13,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cory.tracking.store import create_run, experiment_of, mlflow_client, warn
+from cory.files import read_jsonl
+from cory.tracking.store import create_run, experiment_of, mlflow_client, unavailable, warn
 from cory.tracking.tags import flatten, git_commit, main_module, run_tags
 
 
@@ -43,7 +43,7 @@ def samples_table(rows: list[dict[str, Any]], iterations: int) -> dict[str, list
 
 
 def log_samples_table(client, run_id: str, path: Path, iterations: int) -> None:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    rows = read_jsonl(path)
     client.log_table(run_id, samples_table(rows, iterations), SAMPLES_TABLE)
 
 
@@ -170,6 +170,8 @@ def _open_run(
         **(tags or {}),
     }
     tracker = Tracker(None, None, outputs)
+    if unavailable() is not None:
+        return tracker  # this process has warned already, and logs nothing more
     try:
         all_tags = run_tags(stage, profile, params, commit=git_commit(), source=source or main_module(), key=key,
                             extra=extra)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -50,9 +51,85 @@ def _artifact_location(uri: str) -> str | None:
     return None
 
 
+_UNAVAILABLE: str | None = None
+"""Why MLflow failed in this process (None: it has not): from then on the process logs nothing to it, without a
+further warning. A store that failed once (deleted, read-only, unreachable) fails every run after it, each after its
+own retries and error logs; the report stage logs the runs MLflow then lacks from their folders (cory.tracking.restore),
+once it is back."""
+
+
+def unavailable() -> str | None:
+    """Why MLflow is off in this process, or None."""
+    return _UNAVAILABLE
+
+
 def warn(reason: Any, outputs: str | Path) -> None:
+    """The one warning of a stage whose MLflow failed (`reason`), and MLflow off in this process from now on: a stage
+    prints it once, in whichever of its processes (the stage's, its pool's workers) fails first (_first_in_stage)."""
+    global _UNAVAILABLE
     reason = " ".join(str(reason).split())[:300]
-    print(f"WARNING: MLflow unavailable ({reason}): outputs are still written to {outputs}", file=sys.stderr)
+    if _UNAVAILABLE is not None:
+        return
+    _UNAVAILABLE = reason
+    if _first_in_stage():
+        print(f"WARNING: MLflow unavailable ({reason}): outputs are still written to {outputs}", file=sys.stderr,
+              flush=True)
+
+
+MARKER = "cory-mlflow-warned-"
+"""Prefix of the file in the temporary folder by which a stage's processes agree that one of them has warned."""
+
+
+def _first_in_stage() -> bool:
+    """Whether no other process of this stage has printed the warning: the first to create the stage's marker file
+    (named by the stage process, which is a pool worker's parent, and its start) prints it. Markers of stages that
+    have ended are removed."""
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()  # a pool worker's: the stage process
+    stage = parent.pid if parent is not None else os.getpid()
+    folder = Path(tempfile.gettempdir())
+    for old in folder.glob(f"{MARKER}*"):
+        if not _alive(old.name.removeprefix(MARKER)):
+            old.unlink(missing_ok=True)
+    try:
+        os.close(os.open(folder / f"{MARKER}{stage}-{_started(stage)}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True  # no marker can be written: better a warning per process than none
+    return True
+
+
+def forget_warning() -> None:
+    """MLflow on again in this process, its stage's warning not yet printed (for a process that runs stage after
+    stage: the tests)."""
+    global _UNAVAILABLE
+    _UNAVAILABLE = None
+    for marker in Path(tempfile.gettempdir()).glob(f"{MARKER}{os.getpid()}-*"):
+        marker.unlink(missing_ok=True)
+
+
+def _started(pid: int) -> str:
+    """A process's start time in clock ticks since boot (with its pid, a name no later process shares)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "0"
+
+
+def _alive(marker: str) -> bool:
+    pid, _, started = marker.partition("-")
+    return pid.isdigit() and _started(int(pid)) == started and started != "0"
+
+
+def quiet_mlflow_logs() -> None:
+    """MLflow's own error logs of a failed write (SQLAlchemy's traceback, the async queue's error per batch), which
+    the one warning (`warn`) replaces: at CRITICAL, they print nothing."""
+    import logging
+
+    for name in ("mlflow.store.db.utils", "mlflow.utils.async_logging", "mlflow.tracking._tracking_service.client"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 _WARMING: threading.Thread | None = None
@@ -79,10 +156,13 @@ def mlflow_client():
     # the logging thread collects a second's metrics into one write (fewer SQLite transactions from the processes
     # that log at once) and, waiting on an event rather than on the queue, wakes at once when a run is flushed
     os.environ.setdefault("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "1")
+    if _UNAVAILABLE is not None:
+        raise RuntimeError(f"MLflow failed earlier in this process ({_UNAVAILABLE})")
     try:
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise RuntimeError("mlflow is not installed") from None
+    quiet_mlflow_logs()
     uri = tracking_uri()
     _check_reachable(uri)
     return MlflowClient(tracking_uri=uri)
