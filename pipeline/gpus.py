@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from contextlib import ExitStack
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
@@ -213,8 +214,24 @@ def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, BaseEx
     return results, failed
 
 
-def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str
-                ) -> tuple[list, dict[str, str]]:
+def assign_to_gpus(costs: list[float], n_gpus: int) -> list[int]:
+    """The GPU (0..n_gpus-1) of each call, from its estimated cost: longest first, each to the GPU with the least
+    cost so far (LPT scheduling: the busiest GPU ends within one call's cost of the others, and the longest calls
+    land on different GPUs instead of wherever a free worker process happens to be)."""
+    load, gpu_of = [0.0] * n_gpus, [0] * len(costs)
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        gpu = min(range(n_gpus), key=lambda g: (load[g], g))
+        gpu_of[i], load[gpu] = gpu, load[gpu] + costs[i]
+    return gpu_of
+
+
+def submit_all(calls: dict[str, tuple[Callable, tuple]], pools: list, gpu_of: dict[str, int]) -> dict[Future, str]:
+    """Every call to its GPU's pool (pools[g] pinned to GPU g), in `calls`' order."""
+    return {pools[gpu_of[name]].submit(function, *args): name for name, (function, args) in calls.items()}
+
+
+def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str,
+                costs: dict[str, float] | None = None) -> tuple[list, dict[str, str]]:
     """Run `calls` ({name: (function, arguments)}, started in this order) in `processes` worker processes spread over
     `gpus`, under a CUDA MPS daemon where `mps` asks for one and more processes than GPUs share them; returns gather's
     (results in the order they end, {name: error line} of the calls that failed). The functions must be importable
@@ -223,13 +240,20 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
     A call that ran out of GPU memory (`out_of_memory`) is not final while more than one ran at once: once the others
     have ended, those calls run again, half as many at once (all of them, if fewer), and so on down to one at a time,
     where a failure is final (the train stage's runs continue from their last checkpoint). So a GPU smaller than the
-    one a profile's `runtime.workers` was chosen for costs time, not runs."""
+    one a profile's `runtime.workers` was chosen for costs time, not runs.
+
+    With `costs` ({name: estimated cost}) and several GPUs, each GPU gets a pool of its own share of the processes and
+    the calls `assign_to_gpus` gives it; otherwise one pool pinned round-robin, each call to whichever worker is free."""
     results, failed = [], {}
     while calls:
-        with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps:
-            with worker_pool(processes, worker_gpus(gpus, under_mps)) as pool:
-                ended, errors = gather({pool.submit(function, *args): name for name, (function, args) in calls.items()},
-                                       who)
+        with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps, ExitStack() as stack:
+            named = worker_gpus(gpus, under_mps)
+            if costs and len(gpus) > 1:
+                pools = [stack.enter_context(worker_pool(max(1, processes // len(gpus)), [gpu])) for gpu in named]
+                gpu_of = dict(zip(calls, assign_to_gpus([costs.get(name, 0.0) for name in calls], len(gpus))))
+            else:
+                pools, gpu_of = [stack.enter_context(worker_pool(processes, named))], dict.fromkeys(calls, 0)
+            ended, errors = gather(submit_all(calls, pools, gpu_of), who)
         results += ended
         at_once = min(processes, len(calls))
         # in the calls' order; with one at a time, nothing is tried again

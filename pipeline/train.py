@@ -143,7 +143,7 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str], mps
                 failed[job.name] = error_line(exc)
         return summaries, failed
     calls = {job.name: (run_job, (job, *settings)) for job in todo}
-    return run_at_once(calls, processes, gpus, mps, "train")
+    return run_at_once(calls, processes, gpus, mps, "train", {job.name: float(cost(job)) for job in todo})
 
 
 def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dict], dict[str, str]]:

@@ -274,3 +274,66 @@ def test_a_call_out_of_memory_is_said_in_short_and_not_as_failed(capsys):
     assert results == [] and list(failed) == ["call2"]
     said = capsys.readouterr().out
     assert said == "[check] call2 ran out of GPU memory: RuntimeError: CUDA out of memory. Tried to allocate 55.92 GiB\n"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Several GPUs: each GPU's own pool and its share of the runs, by their estimated costs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_longest_calls_go_to_different_gpus_and_the_loads_end_within_one_call():
+    costs = [850, 850, 850, 510, 510, 510, 176, 176, 176, 86, 86, 86] + [100] * 16 + [40] * 8
+    gpu_of = sharing.assign_to_gpus(costs, 2)
+    loads = [sum(c for c, g in zip(costs, gpu_of) if g == gpu) for gpu in (0, 1)]
+    assert abs(loads[0] - loads[1]) <= max(costs)  # LPT: the busiest GPU within one call of the others
+    assert gpu_of[0] != gpu_of[1] and len({gpu_of[i] for i in (0, 1, 2)}) == 2  # the three longest spread
+    assert sharing.assign_to_gpus(costs, 1) == [0] * len(costs)
+    assert sharing.assign_to_gpus(costs, 2) == gpu_of  # deterministic: ties go to the lower GPU
+
+
+def simulate(durations: list[float], gpu_of: list[int], slots: int) -> float:
+    """When the last call ends: each GPU starts its calls in the given order, `slots` at a time, a call starting when
+    one of its GPU's slots frees up (fake durations: what a run takes beside the others)."""
+    ends = []
+    for gpu in set(gpu_of):
+        free = [0.0] * slots
+        for duration, g in zip(durations, gpu_of):
+            if g == gpu:
+                start = min(free)
+                free[free.index(start)] = start + duration
+        ends.append(max(free))
+    return max(ends)
+
+
+def test_on_two_gpus_the_stage_ends_near_the_bound_however_the_runs_are_ordered():
+    """Fake durations like the default profile's (three long SmolLM2 CORY runs, math CORY, many IMDB runs), 16 slots
+    per GPU: the stage ends within the longest run of the lower bound max(longest, work / slots), where one pool whose
+    free workers take any run can put the three longest on one GPU (the GPU is shared by its runs, so a GPU's load, not
+    its slots, is what a run waits on: modelled here as the slots of its own pool)."""
+    durations = sorted([850.0] * 3 + [510.0] * 3 + [176.0] * 6 + [86.0] * 6 + [100.0] * 24 + [40.0] * 12, reverse=True)
+    gpu_of = sharing.assign_to_gpus(durations, 2)
+    bound = max(max(durations), sum(durations) / (2 * 16))
+    assert simulate(durations, gpu_of, 16) <= bound + max(durations)
+    loads = [sum(d for d, g in zip(durations, gpu_of) if g == gpu) for gpu in (0, 1)]
+    assert max(loads) - min(loads) <= max(durations) and {gpu_of[0], gpu_of[1]} == {0, 1}
+
+
+def test_with_costs_and_several_gpus_each_gpu_gets_a_pool_of_its_own_runs(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pools = []
+
+    def pool(processes, gpus):
+        pools.append((processes, list(gpus)))
+        return ThreadPoolExecutor(processes)
+
+    monkeypatch.setattr(sharing, "worker_pool", pool)
+    seen = []
+    calls = {name: (seen.append, (name,)) for name in ("long", "short", "mid", "tiny")}
+    costs = {"long": 10.0, "short": 2.0, "mid": 5.0, "tiny": 1.0}
+    results, failed = sharing.run_at_once(calls, 4, ["0", "1"], False, "train", costs)
+    assert failed == {} and sorted(seen) == sorted(calls)
+    assert pools == [(2, ["0"]), (2, ["1"])]  # 2 processes per GPU, each pool pinned to its GPU
+    pools.clear()
+    sharing.run_at_once(calls, 4, ["0", "1"], False, "train")  # without costs: one pool over both GPUs
+    assert pools == [(4, ["0", "1"])]
