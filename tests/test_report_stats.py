@@ -16,11 +16,13 @@ from cory.report.stats import (
     bootstrap_interval,
     clopper_pearson,
     combine,
+    expanded_alpha,
     rate_difference,
     rate_difference_clears_zero,
     seeds_needed,
     seeds_needed_for_rates,
     side,
+    t_quantile,
 )
 
 SETTINGS = Bootstrap(confidence=0.95, draws=10000, seed=0)
@@ -36,15 +38,37 @@ def mean(x):
 
 
 def test_the_interval_of_a_mean_of_three_seeds_is_their_range():
-    # resampling 3 seeds: the mean is the lowest seed with probability 1/27 > 2.5%, so the 95% ends are the seeds
+    # resampling 3 seeds: the mean is the lowest seed with probability 1/27, beyond even the plain 2.5%
     iv = bootstrap_interval([column(1.0, 2.0, 6.0)], mean, SETTINGS)
     assert (iv.estimate, iv.low, iv.high) == (3.0, 1.0, 6.0)
     # two seeds: means a, (a+b)/2, b with probabilities 1/4, 1/2, 1/4
     iv = bootstrap_interval([column(1.0, 3.0)], mean, SETTINGS)
     assert (iv.estimate, iv.low, iv.high) == (2.0, 1.0, 3.0)
-    # at 40% the ends are the 0.3 and 0.7 quantiles of {1: 1/4, 2: 1/2, 3: 1/4}: both 2
-    narrow = bootstrap_interval([column(1.0, 3.0)], mean, Bootstrap(0.4, 10000, 0))
-    assert (narrow.low, narrow.high) == (2.0, 2.0)
+    # at 40% a plain percentile interval would be the 0.3 and 0.7 quantiles, both 2; the expanded level at 2 seeds
+    # is 2 Phi(-sqrt(2) t_{0.7, 1}) = 2 Phi(-1.028) = 0.30, whose 0.15 and 0.85 quantiles are the seeds
+    wide = bootstrap_interval([column(1.0, 3.0)], mean, Bootstrap(0.4, 10000, 0))
+    assert (wide.low, wide.high) == (1.0, 3.0)
+
+
+def test_the_expanded_level_by_hand():
+    # Student's t quantiles of a table, and Hesterberg's alpha' = 2 Phi(-sqrt(n / (n-1)) t_{0.975, n-1})
+    for df, t in [(1, 12.7062), (2, 4.3027), (3, 3.1824), (7, 2.3646), (30, 2.0423)]:
+        assert t_quantile(0.975, df) == pytest.approx(t, abs=1e-4)
+    assert expanded_alpha(0.95, 4) == pytest.approx(2 * 0.5 * math.erfc(math.sqrt(4 / 3) * 3.18245 / math.sqrt(2)),
+                                                    rel=1e-4)
+    assert expanded_alpha(0.95, 8) == pytest.approx(0.01148, abs=1e-4)
+    assert 0.045 < expanded_alpha(0.95, 100) < 0.05  # towards the plain level as seeds grow
+
+
+def test_two_runs_of_three_seeds_are_decided_only_where_they_separate():
+    # the plain percentile interval of a difference of two 3-seed means excludes 0 here (the draws where every
+    # pick is the overlapping pair, 1/729, lie beyond its 2.5%): the expanded one reaches min(a) - max(b) = -0.1
+    a, b = column(1.0, 2.0, 3.0), column(0.0, 0.5, 1.1)
+    overlap = bootstrap_interval([a, b], lambda x, y: x - y, SETTINGS)
+    assert overlap.low == pytest.approx(1.0 - 1.1) and overlap.high == pytest.approx(3.0 - 0.0)
+    assert side(overlap, ">", 0.0) == INCONCLUSIVE
+    apart = bootstrap_interval([a, column(0.0, 0.5, 0.9)], lambda x, y: x - y, SETTINGS)
+    assert apart.low == pytest.approx(0.1) and side(apart, ">", 0.0) == HELD
 
 
 def test_a_verdict_needs_the_whole_interval_on_one_side():
@@ -131,8 +155,10 @@ def test_a_difference_of_rates_has_an_exact_interval():
 
 
 def test_seeds_needed_by_hand():
-    # gap 1, se 0.5 over 3 seeds: se' = 0.5 sqrt(3/2) = 0.612; 3 (1.96 x 0.612 / 1)^2 = 4.32 -> 5 seeds
-    assert seeds_needed(Interval(3.0, 2.0, 4.0, 0.5), 2.0, 3, 0.95) == 5
+    # gap 1, se 0.5 over 3 seeds: se' = 0.5 sqrt(3/2) = 0.612; the expanded interval at m seeds reaches about
+    # t_{m-1} x 0.612 x sqrt(3/m): at 6 seeds 2.571 x 0.612 x 0.707 = 1.11, at 7 2.447 x 0.612 x 0.655 = 0.98 < 1
+    # (the normal quantile alone would say 3 (1.96 x 0.612)^2 = 4.32 -> 5)
+    assert seeds_needed(Interval(3.0, 2.0, 4.0, 0.5), 2.0, 3, 0.95) == 7
     assert seeds_needed(Interval(3.0, 2.9, 3.1, 0.01), 2.0, 3, 0.95) == 2  # decided with room: the fewest, 2
     assert seeds_needed(Interval(2.0, 1.0, 3.0, 0.5), 2.0, 3, 0.95) == math.inf  # on the threshold: never
     assert seeds_needed(Interval(1.0, 1.0, 1.0, 0.0), 1.0, 3, 0.95) == 2  # no spread at all
