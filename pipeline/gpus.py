@@ -16,8 +16,10 @@ import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -198,20 +200,13 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-def gather(futures: dict[Future, str], who: str) -> tuple[list, dict[str, BaseException]]:
-    """(results of the futures that finished, {name: exception} of those that failed), in the order they end; each
-    failure is said as it happens, and the others run on."""
-    results, failed = [], {}
-    for future in as_completed(futures):
-        try:
-            results.append(future.result())
-        except Exception as exc:  # noqa: BLE001 - reported with every other failure when all are done
-            failed[futures[future]] = exc
-            if out_of_memory(exc):  # whether it runs again, run_at_once says next (torch's message: its first part)
-                print(f"[{who}] {futures[future]} ran out of GPU memory: {error_line(exc).split('. GPU')[0]}", flush=True)
-            else:
-                print(f"[{who}] {futures[future]} FAILED: {error_line(exc)}", flush=True)
-    return results, failed
+def say_failure(name: str, exc: BaseException, who: str) -> None:
+    """One line as a unit fails: out of GPU memory in short (torch's message, its first part), else FAILED and the
+    error; whether it runs again, the caller says."""
+    if out_of_memory(exc):
+        print(f"[{who}] {name} ran out of GPU memory: {error_line(exc).split('. GPU')[0]}", flush=True)
+    else:
+        print(f"[{who}] {name} FAILED: {error_line(exc)}", flush=True)
 
 
 def assign_to_gpus(costs: list[float], n_gpus: int) -> list[int]:
@@ -225,43 +220,74 @@ def assign_to_gpus(costs: list[float], n_gpus: int) -> list[int]:
     return gpu_of
 
 
-def submit_all(calls: dict[str, tuple[Callable, tuple]], pools: list, gpu_of: dict[str, int]) -> dict[Future, str]:
-    """Every call to its GPU's pool (pools[g] pinned to GPU g), in `calls`' order."""
-    return {pools[gpu_of[name]].submit(function, *args): name for name, (function, args) in calls.items()}
+@dataclass
+class Lane:
+    """One pool's calls (one GPU's, or all of them on one pool): those not started yet (`queue`, in the calls' order;
+    `again` first, the calls that ran out of memory), how many run now, and how many may (`limit`)."""
+
+    pool: object
+    limit: int
+    queue: deque
+    again: list = field(default_factory=list)
+    running: int = 0
 
 
 def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str,
                 costs: dict[str, float] | None = None) -> tuple[list, dict[str, str]]:
     """Run `calls` ({name: (function, arguments)}, started in this order) in `processes` worker processes spread over
-    `gpus`, under a CUDA MPS daemon where `mps` asks for one and more processes than GPUs share them; returns gather's
-    (results in the order they end, {name: error line} of the calls that failed). The functions must be importable
-    by name (spawned workers unpickle them).
+    `gpus`, under a CUDA MPS daemon where `mps` asks for one and more processes than GPUs share them; returns (results
+    in the order they end, {name: error line} of the calls that failed). The functions must be importable by name
+    (spawned workers unpickle them).
 
-    A call that ran out of GPU memory (`out_of_memory`) is not final while more than one ran at once: once the others
-    have ended, those calls run again, half as many at once (all of them, if fewer), and so on down to one at a time,
-    where a failure is final (the train stage's runs continue from their last checkpoint). So a GPU smaller than the
-    one a profile's `runtime.workers` was chosen for costs time, not runs.
+    A call that ran out of GPU memory (`out_of_memory`) beside others is not final: its pool then runs one call fewer
+    at once (as many as still run), and the call starts again, before any call not yet started, as soon as one of
+    them ends (the train stage's runs continue from their last checkpoint). Out of memory alone is final. So a GPU
+    smaller than the one a profile's `runtime.workers` was chosen for costs some time, not runs, and a long call that
+    did not fit at first does not wait for every other call to end.
 
     With `costs` ({name: estimated cost}) and several GPUs, each GPU gets a pool of its own share of the processes and
     the calls `assign_to_gpus` gives it; otherwise one pool pinned round-robin, each call to whichever worker is free."""
     results, failed = [], {}
-    while calls:
-        with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps, ExitStack() as stack:
-            named = worker_gpus(gpus, under_mps)
-            if costs and len(gpus) > 1:
-                pools = [stack.enter_context(worker_pool(max(1, processes // len(gpus)), [gpu])) for gpu in named]
-                gpu_of = dict(zip(calls, assign_to_gpus([costs.get(name, 0.0) for name in calls], len(gpus))))
-            else:
-                pools, gpu_of = [stack.enter_context(worker_pool(processes, named))], dict.fromkeys(calls, 0)
-            ended, errors = gather(submit_all(calls, pools, gpu_of), who)
-        results += ended
-        at_once = min(processes, len(calls))
-        # in the calls' order; with one at a time, nothing is tried again
-        again = [name for name in calls if name in errors and out_of_memory(errors[name])] if at_once > 1 else []
-        failed.update({name: error_line(exc) for name, exc in errors.items() if name not in again})
-        if again:
-            processes = min(len(again), max(1, at_once // 2))
-            print(f"[{who}] {len(again)} ran out of GPU memory with others at once: again, {processes} at once: "
-                  + ", ".join(again), flush=True)
-        calls = {name: calls[name] for name in again}
+    with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps, ExitStack() as stack:
+        named = worker_gpus(gpus, under_mps)
+        if costs and len(gpus) > 1:
+            size = max(1, processes // len(gpus))
+            pools = [stack.enter_context(worker_pool(size, [gpu])) for gpu in named]
+            gpu_of = dict(zip(calls, assign_to_gpus([costs.get(name, 0.0) for name in calls], len(gpus))))
+        else:
+            size = processes
+            pools, gpu_of = [stack.enter_context(worker_pool(processes, named))], dict.fromkeys(calls, 0)
+        lanes = [Lane(pool, size, deque(name for name in calls if gpu_of[name] == g)) for g, pool in enumerate(pools)]
+        order = {name: i for i, name in enumerate(calls)}
+        running: dict[Future, tuple[str, Lane]] = {}
+
+        def fill(lane: Lane) -> None:
+            while lane.running < lane.limit and (lane.again or lane.queue):
+                name = lane.again.pop(0) if lane.again else lane.queue.popleft()
+                function, args = calls[name]
+                running[lane.pool.submit(function, *args)] = (name, lane)
+                lane.running += 1
+
+        for lane in lanes:
+            fill(lane)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: order[running[f][0]]):
+                name, lane = running.pop(future)
+                lane.running -= 1
+                try:
+                    results.append(future.result())
+                    continue
+                except Exception as exc:  # noqa: BLE001 - said now, returned with every other failure at the end
+                    error = exc
+                say_failure(name, error, who)
+                if out_of_memory(error) and lane.running > 0:
+                    lane.limit = lane.running
+                    lane.again = sorted([*lane.again, name], key=order.get)
+                    print(f"[{who}] {name} again once one of the {lane.running} beside it ends; now at most "
+                          f"{lane.limit} at once", flush=True)
+                else:
+                    failed[name] = error_line(error)
+            for lane in lanes:
+                fill(lane)
     return results, failed

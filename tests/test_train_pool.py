@@ -216,64 +216,94 @@ def test_a_runs_cost_grows_with_its_model_and_batch(tmp_path):
 
 
 def test_calls_that_ran_out_of_gpu_memory_run_again_fewer_at_once(monkeypatch, capsys):
-    """A GPU that holds two of these calls at once, and one of them only alone: each call that ran out of memory runs
-    again after the others, half as many at once, down to one; every call ends, and nothing is said to have failed.
-    (The pool is threads here, so that the calls can see how many run at once; the real pool is the test above's.)"""
+    """A GPU where b fits beside at most one other call and c only alone: each call that ran out of memory beside
+    others starts again as soon as one of them ends, before the calls not yet started, and its pool runs one fewer
+    at once from then on; every call ends, and nothing is said to have failed. (Threads here, so that the calls can
+    see how many run at once; the real pool is the test above's.)"""
+    import threading
+    import time
+
     import torch
     from concurrent.futures import ThreadPoolExecutor
 
-    pools = []
-
-    def pool(processes, gpus):
-        pools.append(processes)
-        return ThreadPoolExecutor(processes)
-
-    fits = {"b": 2, "c": 1}  # the most at once with which each still has memory; the others fit any way
+    lock, now, started = threading.Lock(), [0], []
+    first_wave = threading.Barrier(4)  # the first four all in before any looks at how many run
+    release = {name: threading.Event() for name in "abcdef"}
+    monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: ThreadPoolExecutor(processes))
+    fits = {"b": 2, "c": 1}  # the most at once (itself included) with which each still has memory
 
     def unit(name):
-        if pools[-1] > fits.get(name, 99):
-            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB ({name})")
-        return name
+        with lock:
+            now[0] += 1
+            started.append((name, now[0]))
+            first = len(started) <= 4
+        if first:
+            first_wave.wait(5)
+        with lock:
+            crowded = now[0] > fits.get(name, 99)
+        try:
+            if crowded:
+                raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB ({name})")
+            release[name].wait(5)
+            return name
+        finally:
+            with lock:
+                now[0] -= 1
 
-    monkeypatch.setattr(sharing, "worker_pool", pool)
-    results, failed = sharing.run_at_once({n: (unit, (n,)) for n in "abcd"}, 8, [], False, "train")
-    assert sorted(results) == ["a", "b", "c", "d"] and failed == {}
-    assert pools == [8, 2, 1]  # 4 at once (b and c out of memory), then b and c at once (c again), then c alone
+    def releaser():  # a, d, e, f may end one by one, 0.2 s apart, then b and c
+        for name in "adef":
+            time.sleep(0.2)
+            release[name].set()
+        for name in "bc":
+            release[name].set()
+
+    threading.Thread(target=releaser, daemon=True).start()
+    results, failed = sharing.run_at_once({n: (unit, (n,)) for n in "abcdef"}, 4, [], False, "train")
+    assert sorted(results) == list("abcdef") and failed == {}
+    names = [name for name, _ in started]
+    assert set(names[:4]) == set("abcd")  # 4 at once: b and c out of memory
+    assert names.index("b", names.index("b") + 1) < names.index("e")  # b again before e's first start
+    assert names.count("c") == 3  # c also beside b (out of memory again), then alone
+    assert max(n for name, n in started if name in "ef") == 1  # from then on one at a time
     said = capsys.readouterr().out
-    assert "[train] 2 ran out of GPU memory with others at once: again, 2 at once: b, c" in said
-    assert "[train] 1 ran out of GPU memory with others at once: again, 1 at once: c" in said
+    assert "[train] b ran out of GPU memory: OutOfMemoryError: CUDA out of memory." in said
+    assert "again once one of the" in said and "FAILED" not in said
 
 
 def test_other_failures_and_out_of_memory_alone_are_final(monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
-    pools = []
+    pools, tries = [], []
     monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: pools.append(processes) or
                         ThreadPoolExecutor(processes))
 
     def unit(name):
+        tries.append(name)
         if name == "nan":
             raise FloatingPointError("non-finite loss")
         if name == "huge":  # CUDA's own words, as a process raises them when it cannot create its context
             raise RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported")
         return name
 
+    results, failed = sharing.run_at_once({"huge": (unit, ("huge",))}, 3, [], False, "evaluate")
+    assert results == [] and tries == ["huge"]  # alone from the start: final at once
+    assert failed == {"huge": "RuntimeError: CUDA error: out of memory"}
+    tries.clear()
     results, failed = sharing.run_at_once({n: (unit, (n,)) for n in ("ok", "nan", "huge")}, 3, [], False, "evaluate")
-    assert results == ["ok"] and pools == [3, 1]  # huge again alone, nan not again
+    assert results == ["ok"] and pools == [3, 3]  # one pool for every try
+    assert tries.count("nan") == 1 and 1 <= tries.count("huge") <= 2  # huge again if it failed beside another
     assert failed == {"nan": "FloatingPointError: non-finite loss", "huge": "RuntimeError: CUDA error: out of memory"}
     assert sharing.out_of_memory(RuntimeError("CUDA error: out of memory")) and not sharing.out_of_memory(ValueError("x"))
 
 
 def test_a_call_out_of_memory_is_said_in_short_and_not_as_failed(capsys):
-    from concurrent.futures import Future
-
-    future = Future()
-    future.set_exception(RuntimeError("CUDA out of memory. Tried to allocate 55.92 GiB. GPU 0 has a total capacity "
-                                      "of 139.80 GiB of which 26.42 GiB is free. Process 520 has 56.43 GiB in use."))
-    results, failed = sharing.gather({future: "call2"}, "check")
-    assert results == [] and list(failed) == ["call2"]
+    error = RuntimeError("CUDA out of memory. Tried to allocate 55.92 GiB. GPU 0 has a total capacity of 139.80 GiB "
+                         "of which 26.42 GiB is free. Process 520 has 56.43 GiB in use.")
+    sharing.say_failure("call2", error, "check")
+    sharing.say_failure("call3", FloatingPointError("non-finite loss"), "check")
     said = capsys.readouterr().out
-    assert said == "[check] call2 ran out of GPU memory: RuntimeError: CUDA out of memory. Tried to allocate 55.92 GiB\n"
+    assert said == ("[check] call2 ran out of GPU memory: RuntimeError: CUDA out of memory. Tried to allocate 55.92 GiB\n"
+                    "[check] call3 FAILED: FloatingPointError: non-finite loss\n")
 
 
 # --------------------------------------------------------------------------------------------------------------------

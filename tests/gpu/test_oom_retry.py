@@ -1,8 +1,8 @@
 """On a GPU: calls that run out of GPU memory beside others run again, fewer at once (pipeline.gpus.run_at_once).
 
 Each call takes `FRACTION` of the GPU's memory in one tensor and holds it for a few seconds, so that at most
-1/FRACTION of them fit at once: 4 processes at once leave some out of memory, and those run again, 2 at once; every
-call ends, with and without an MPS daemon (docs/speed.md has the measured run).
+1/FRACTION of them fit at once: 4 processes at once leave some out of memory, and those run again as the others
+end; every call ends, with and without an MPS daemon (docs/architecture.md has the measured run).
 """
 
 from __future__ import annotations
