@@ -19,6 +19,7 @@ from pathlib import Path
 from cory.report.claims import (
     Context, ablation_claims, cooperation_claims, group_context, imdb_claims, math_claims, pareto_claim,
 )
+from cory.report.claims_text import needed_text
 from cory.report.results import SWEEP_RUNS, Sweep, expected_runs, load_run
 from cory.runs.config import eta_name
 
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> None:
         for result in claim.results:
             i = result.interval
             print(f"{'':16}{result.label}: {i.estimate:.3g} [{i.low:.3g}, {i.high:.3g}] {result.op} {result.threshold:g}"
-                  f" -> {result.verdict} (seeds {dict(result.seeds)})")
+                  f" -> {result.verdict} (seeds {dict(result.seeds)}; needed: {needed_text(result.seeds_needed)})")
         for note in claim.notes:
             print(f"{'':16}{note}")
 
