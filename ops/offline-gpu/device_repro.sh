@@ -11,15 +11,19 @@
 #   bash ops/offline-gpu/device_repro.sh wait 540         # wait up to 540 s; prints the log's tail (repeat until done;
 #                                                 # call again within the tool's warm window, or the run is lost)
 #   bash ops/offline-gpu/device_repro.sh collect          # pack dvc.lock, reports, metrics, run histories, mlflow.db into $OUT
+#   bash ops/offline-gpu/device_repro.sh collect light    # the same without mlflow.db (15 MB): what a call that is not the
+#                                                 # last may bring back, so that a machine lost in the pause after it
+#                                                 # does not take everything with it
 #   bash ops/offline-gpu/device_repro.sh stop             # end this TAG's background job (its process group), others run on
 #   bash ops/offline-gpu/device_repro.sh log              # only the log into $OUT (a benchmark's or diagnostic's results)
 # (PROFILE=smoke switches the profile first; default: the committed params.yaml. RUN="bash tools/diagnostics.sh
 # math-lr" runs that instead of `dvc repro`, the same way: a diagnostic longer than one call survives it.)
-# The lending tool gives a machine back 30 s after a call ends, so send the next call at once, and let a call that
-# is not the last pack nothing: its files travel back before its answer comes; with them (the 15 MB mlflow.db) three
-# of five repros lost their machine in the pause (one also after an error on the caller's side), without them neither
-# of the next two did. The price: a lost machine then returns nothing at all. The last call collects:
-#   call 1: bash ops/offline-gpu/device_repro.sh start && bash ops/offline-gpu/device_repro.sh wait 540
+# The lending tool gives a machine back 30 s after a call ends, so send the next call at once. A call that is not the
+# last may pack the light results (`collect light`: the runs' histories and metrics, ~7 MB): with the 15 MB mlflow.db
+# three of five repros lost their machine in the pause, and a machine lost with nothing collected returns nothing at
+# all (docs/results.md, "The second run": a run lost that way, and one that kept its runs).
+# The last call collects everything:
+#   call 1: bash ops/offline-gpu/device_repro.sh start && bash ops/offline-gpu/device_repro.sh wait 530; bash ops/offline-gpu/device_repro.sh collect light
 #   call 2: bash ops/offline-gpu/device_repro.sh wait 540; bash ops/offline-gpu/device_repro.sh collect    (or wait alone, while running)
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
 # the log), so the run happens in a copy outside it, $WORK.
@@ -146,7 +150,7 @@ collect() {
     "outputs/$profile/eval" "outputs/$profile/samples" "outputs/$profile/runs" \
     "outputs/$profile/data/imdb/stats.json" "outputs/$profile/data/math/stats.json" usage.csv cpus.txt \
     $(find outputs reports -name .gitignore 2>/dev/null) 2>/dev/null  # DVC's ignore entries for its cached outputs
-  [ -f mlflow.db ] && gzip -c mlflow.db > "$OUT/$TAG-mlflow.db.gz" 2>/dev/null
+  [ "${1:-}" != light ] && [ -f mlflow.db ] && gzip -c mlflow.db > "$OUT/$TAG-mlflow.db.gz" 2>/dev/null
   ls -la "$OUT"
 }
 
@@ -157,7 +161,7 @@ case "${1:-}" in
   chunk) chunk ;;
   start) start ;;
   wait) wait_for "${2:-540}" ;;
-  collect) collect ;;
+  collect) collect "${2:-}" ;;
   log) cd "$WORK" && grep -Ev "$FILTER" "$LOG" > "$OUT/$TAG.log" ;;  # the log alone (a job whose results are its log)
   stop) stop ;;
   *) echo "usage: $0 install | chunk | start | wait [seconds] | collect | log | stop" >&2; exit 2 ;;
