@@ -223,13 +223,12 @@ def assign_to_gpus(costs: list[float], n_gpus: int) -> list[int]:
 @dataclass
 class Lane:
     """One pool's calls (one GPU's, or all of them on one pool): those not started yet (`queue`, in the calls' order;
-    `again` first, the calls that ran out of memory), how many run now, and how many may (`limit`)."""
+    `again` first, the calls that ran out of memory) and how many may run at once (`limit`)."""
 
     pool: object
     limit: int
     queue: deque
     again: list = field(default_factory=list)
-    running: int = 0
 
 
 def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str,
@@ -261,12 +260,14 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
         order = {name: i for i, name in enumerate(calls)}
         running: dict[Future, tuple[str, Lane]] = {}
 
+        def in_flight(lane: Lane) -> int:
+            return sum(1 for _, of in running.values() if of is lane)
+
         def fill(lane: Lane) -> None:
-            while lane.running < lane.limit and (lane.again or lane.queue):
+            while in_flight(lane) < lane.limit and (lane.again or lane.queue):
                 name = lane.again.pop(0) if lane.again else lane.queue.popleft()
                 function, args = calls[name]
                 running[lane.pool.submit(function, *args)] = (name, lane)
-                lane.running += 1
 
         for lane in lanes:
             fill(lane)
@@ -274,17 +275,16 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in sorted(done, key=lambda f: order[running[f][0]]):
                 name, lane = running.pop(future)
-                lane.running -= 1
-                try:
+                error = future.exception()
+                if error is None:
                     results.append(future.result())
                     continue
-                except Exception as exc:  # noqa: BLE001 - said now, returned with every other failure at the end
-                    error = exc
                 say_failure(name, error, who)
-                if out_of_memory(error) and lane.running > 0:
-                    lane.limit = lane.running
+                beside = in_flight(lane)
+                if out_of_memory(error) and beside > 0:
+                    lane.limit = beside
                     lane.again = sorted([*lane.again, name], key=order.get)
-                    print(f"[{who}] {name} again once one of the {lane.running} beside it ends; now at most "
+                    print(f"[{who}] {name} again once one of the {beside} beside it ends; now at most "
                           f"{lane.limit} at once", flush=True)
                 else:
                     failed[name] = error_line(error)

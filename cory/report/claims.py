@@ -5,8 +5,8 @@ sub-condition (one for LLM1 and one for LLM2, say): a number computed from the s
 its interval over seeds (cory.report.stats: an expanded percentile bootstrap, each run's seeds resampled on their
 own), and the side of a threshold the claim puts it on (cory.report.verdicts). A sub-condition held where its whole
 interval lies on that side, did not hold where the whole interval lies on the other, and is inconclusive where the
-interval contains the threshold (or, with one seed, does not exist). A claim held if every sub-condition held, did not hold if any did
-not, and is inconclusive otherwise; "not measurable" is a claim without numbers. The report prints each effect with
+interval contains the threshold (or, with one seed, does not exist). A claim held if every sub-condition held, did
+not hold if any did not, and is inconclusive otherwise; "not measurable" is a claim without numbers. The report prints each effect with
 its interval and the per-seed numbers it was computed from, so every verdict can be checked by hand.
 
 The curve statistics are in cory.report.curves, the building blocks in cory.report.quantities, the rules in

@@ -9,15 +9,15 @@ a report reproducible. With few seeds the plain percentile interval is too narro
 plug-in one, and a normal quantile stands where Student's t belongs), so its percentiles are those of Hesterberg's
 expanded percentile interval (`expanded_alpha`; Hesterberg 2015, "What teachers should know about the bootstrap",
 The American Statistician 69(4)), at the fewest seeds of the effect's runs: at 3 seeds it reaches the ends of the
-draws, so an effect of two runs is decided only where every seed of one lies beyond every seed of the other. Rates (k of n seeds) get exact intervals instead (Clopper-Pearson for one rate, an exact
-unconditional test inverted for a difference of two): a bootstrap of 3 seeds that all collapsed would give [1, 1].
+draws, so an effect of two runs is decided only where every seed of one lies beyond every seed of the other. Rates
+(k of n seeds) get exact intervals instead (Clopper-Pearson for one rate, an exact unconditional test inverted for a
+difference of two): a bootstrap of 3 seeds that all collapsed would give [1, 1].
 
 Everything here is a pure function of numbers; cory.claims turns runs into those numbers.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from collections.abc import Callable
@@ -54,25 +54,11 @@ class Interval:
     se: float = math.nan
 
 
-@functools.cache
 def t_quantile(p: float, df: int) -> float:
-    """The p-quantile (0.5 < p < 1) of Student's t with `df` degrees of freedom: its density integrated numerically
-    (Simpson's rule, to ~1e-9) and bisected."""
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    """The p-quantile of Student's t with `df` degrees of freedom."""
+    from scipy.stats import t
 
-    def cdf(x: float) -> float:
-        t = np.linspace(0.0, x, 4001)
-        f = np.exp(log_c - (df + 1) / 2 * np.log1p(t * t / df))
-        h = x / 4000
-        return 0.5 + h / 3 * float(f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
-
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        lo, hi = hi, 2 * hi
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
+    return float(t.ppf(p, df))
 
 
 def expanded_alpha(confidence: float, n: int) -> float:
@@ -233,20 +219,11 @@ def seeds_needed(interval: Interval, threshold: float, n: int, confidence: float
         return math.inf
     se = interval.se * math.sqrt(n / (n - 1))
     tail = 1 - (1 - confidence) / 2
-
-    def clears(m: int) -> bool:  # monotone in m: t_{m-1} and 1/sqrt(m) both fall
-        return t_quantile(tail, m - 1) * se * math.sqrt(n / m) < gap
-
-    low = max(2, math.ceil(n * (z_value(confidence) * se / gap) ** 2))  # t > z: never fewer than this
-    if clears(low):
-        return float(low)
-    high = 2 * low
-    while not clears(high):
-        low, high = high, 2 * high
-    while high - low > 1:  # clears(high), not clears(low)
-        mid = (low + high) // 2
-        low, high = (low, mid) if clears(mid) else (mid, high)
-    return float(high)
+    # t > z: never fewer than the normal quantile's count, and within a few seeds of it once t is near z
+    m = max(2, math.ceil(n * (z_value(confidence) * se / gap) ** 2))
+    while t_quantile(tail, m - 1) * se * math.sqrt(n / m) >= gap:
+        m += 1
+    return float(m)
 
 
 def seeds_needed_for_rates(k1: int, n1: int, k2: int, n2: int, confidence: float, most: int = 50) -> float:
