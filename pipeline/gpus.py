@@ -9,12 +9,15 @@ of taking turns.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+import traceback
 from contextlib import ExitStack
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -200,6 +203,27 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
+def release_memory_after(function: Callable, *args):
+    """function(*args) in a worker process, after which the process gives back the GPU memory the call held: torch's
+    caching allocator keeps freed blocks reserved for the process that freed them, so a worker whose run has ended
+    (or ran out of memory) would otherwise hold its run's peak while idle, and the next call on the GPU, in whichever
+    worker, would find it full. A failed call's frames are cleared first: its exception's traceback refers to them,
+    and through their locals to the run's tensors."""
+    try:
+        return function(*args)
+    except BaseException as error:
+        seen = error
+        while seen is not None:
+            traceback.clear_frames(seen.__traceback__)
+            seen = seen.__cause__ or seen.__context__
+        raise
+    finally:
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
 def say_failure(name: str, exc: BaseException, who: str) -> None:
     """One line as a unit fails: out of GPU memory in short (torch's message, its first part), else FAILED and the
     error; whether it runs again, the caller says."""
@@ -223,12 +247,18 @@ def assign_to_gpus(costs: list[float], n_gpus: int) -> list[int]:
 @dataclass
 class Lane:
     """One pool's calls (one GPU's, or all of them on one pool): those not started yet (`queue`, in the calls' order;
-    `again` first, the calls that ran out of memory) and how many may run at once (`limit`)."""
+    `again` first, the calls that ran out of memory), how many may run at once (`limit`, at most the pool's `size`)
+    and the calls that ran out of memory and have not ended since (`short`: waiting in `again` or running again)."""
 
     pool: object
-    limit: int
+    size: int
     queue: deque
+    limit: int = 0
     again: list = field(default_factory=list)
+    short: set = field(default_factory=set)
+
+    def __post_init__(self):
+        self.limit = self.limit or self.size
 
 
 def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str,
@@ -240,9 +270,12 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
 
     A call that ran out of GPU memory (`out_of_memory`) beside others is not final: its pool then runs one call fewer
     at once (as many as still run), and the call starts again, before any call not yet started, as soon as one of
-    them ends (the train stage's runs continue from their last checkpoint). Out of memory alone is final. So a GPU
-    smaller than the one a profile's `runtime.workers` was chosen for costs some time, not runs, and a long call that
-    did not fit at first does not wait for every other call to end.
+    them ends (the train stage's runs continue from their last checkpoint). Out of memory alone is final. Once no
+    call that ran out of memory waits or runs, the pool runs as many at once as it did at first: the calls that did
+    not fit beside the others were the ones the lower limit made room for. Each call runs under
+    `release_memory_after`, so an ended call's memory is the GPU's again, not its idle worker's. So a GPU smaller
+    than the one a profile's `runtime.workers` was chosen for costs some time, not runs, and a long call that did not
+    fit at first does not wait for every other call to end.
 
     With `costs` ({name: estimated cost}) and several GPUs, each GPU gets a pool of its own share of the processes and
     the calls `assign_to_gpus` gives it; otherwise one pool pinned round-robin, each call to whichever worker is free."""
@@ -267,7 +300,7 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
             while in_flight(lane) < lane.limit and (lane.again or lane.queue):
                 name = lane.again.pop(0) if lane.again else lane.queue.popleft()
                 function, args = calls[name]
-                running[lane.pool.submit(function, *args)] = (name, lane)
+                running[lane.pool.submit(release_memory_after, function, *args)] = (name, lane)
 
         for lane in lanes:
             fill(lane)
@@ -278,16 +311,23 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
                 error = future.exception()
                 if error is None:
                     results.append(future.result())
+                    lane.short.discard(name)
                     continue
                 say_failure(name, error, who)
                 beside = in_flight(lane)
                 if out_of_memory(error) and beside > 0:
                     lane.limit = beside
                     lane.again = sorted([*lane.again, name], key=order.get)
+                    lane.short.add(name)
                     print(f"[{who}] {name} again once one of the {beside} beside it ends; now at most "
                           f"{lane.limit} at once", flush=True)
                 else:
                     failed[name] = error_line(error)
+                    lane.short.discard(name)
             for lane in lanes:
+                if not lane.short and lane.limit < lane.size:
+                    lane.limit = lane.size
+                    print(f"[{who}] every call that ran out of memory has ended: {lane.size} at once again",
+                          flush=True)
                 fill(lane)
     return results, failed

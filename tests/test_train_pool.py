@@ -270,6 +270,82 @@ def test_calls_that_ran_out_of_gpu_memory_run_again_fewer_at_once(monkeypatch, c
     assert "again once one of the" in said and "FAILED" not in said
 
 
+def test_once_every_call_that_ran_out_of_memory_has_ended_the_pool_runs_as_many_at_once_again(monkeypatch, capsys):
+    """b fits only alone: it runs out of memory beside a, c, d, then beside c and d, then beside d, then runs alone;
+    once it has ended, e, f, g and h, which fit beside each other, run four at once again (a barrier of four that
+    times out otherwise)."""
+    import threading
+    import time
+
+    import torch
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock, now, tries = threading.Lock(), [0], []
+    first_wave, last_wave = threading.Barrier(4), threading.Barrier(4)
+    release = {name: threading.Event() for name in "acd"}
+    monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: ThreadPoolExecutor(processes))
+
+    def unit(name):
+        with lock:
+            now[0] += 1
+            tries.append(name)
+            crowded = name == "b" and now[0] > 1
+        try:
+            if name in "abcd" and len(tries) <= 4:
+                first_wave.wait(5)
+            if crowded:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            if name in release:
+                release[name].wait(5)
+            if name in "efgh":
+                last_wave.wait(5)
+            return name
+        finally:
+            with lock:
+                now[0] -= 1
+
+    def releaser():
+        for name in "acd":
+            time.sleep(0.3)
+            release[name].set()
+
+    threading.Thread(target=releaser, daemon=True).start()
+    results, failed = sharing.run_at_once({n: (unit, (n,)) for n in "abcdefgh"}, 4, [], False, "train")
+    assert sorted(results) == list("abcdefgh") and failed == {}
+    assert tries.count("b") == 4
+    said = capsys.readouterr().out
+    assert said.count("again once one of the") == 3
+    assert "every call that ran out of memory has ended: 4 at once again" in said
+
+
+def test_a_call_leaves_nothing_of_its_own_alive_and_gives_back_the_gpu_memory_it_held(monkeypatch):
+    """release_memory_after: a failed call's locals die with it, though its exception lives on (the traceback no
+    longer holds its frames), and where CUDA is running in the process the allocator's cache is emptied after every
+    call, failed or not."""
+    import weakref
+
+    import torch
+
+    emptied, alive = [], []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+
+    class Activations:
+        pass
+
+    def unit(fail):
+        held = Activations()
+        alive.append(weakref.ref(held))
+        if fail:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return "done"
+
+    assert sharing.release_memory_after(unit, False) == "done" and emptied == [True]
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        sharing.release_memory_after(unit, True)
+    assert caught.value is not None and alive[1]() is None and emptied == [True, True]
+
+
 def test_other_failures_and_out_of_memory_alone_are_final(monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
