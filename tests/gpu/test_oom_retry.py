@@ -36,3 +36,26 @@ def test_calls_out_of_memory_beside_others_run_again_fewer_at_once(mps):
     results, failed = run_at_once(calls, CALLS, visible_gpus()[:1], mps, "check")
     assert not failed, failed
     assert len(results) == CALLS
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_call_gives_back_the_gpu_memory_it_held(fails):
+    """After release_memory_after, nothing of the call stays reserved in the process, whether it returned or ran out of
+    memory with its tensors in its frames: the idle worker holds no memory the next call, in another worker, needs."""
+    import torch
+
+    from pipeline.gpus import release_memory_after
+
+    def unit():
+        block = torch.ones(2**28, dtype=torch.uint8, device="cuda")  # 256 MiB
+        if fails:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (holding {block.numel()} bytes)")
+        return block.sum().item()
+
+    torch.cuda.empty_cache()
+    if fails:
+        with pytest.raises(torch.OutOfMemoryError):
+            release_memory_after(unit)
+    else:
+        assert release_memory_after(unit) == 2**28
+    assert torch.cuda.memory_reserved() == 0
