@@ -38,7 +38,7 @@ from cory.runs.config import Job, TaskConfig
 from cory.runs.run import run_training
 from cory.schema import ConfigError, to_dict
 from pipeline.common import device, require_device, run_stage, stage_timer, write_json
-from pipeline.gpus import error_line, processes_at_once, run_at_once, visible_gpus
+from pipeline.gpus import error_line, processes_at_once, release_memory_after, run_at_once, visible_gpus
 from pipeline.params import Params, load_params
 from pipeline.paths import ROOT, out_dir
 from pipeline.sections import REWARD
@@ -160,8 +160,10 @@ def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dic
         has_gpu = ray.cluster_resources().get("GPU", 0) > 0
         from pipeline import train  # run_job by its importable name, not as __main__'s (python -m pipeline.train)
 
-        task = ray.remote(train.run_job).options(max_retries=0, **({"num_gpus": 1 / workers} if has_gpu else {"num_cpus": 1}))
-        refs = {task.remote(job, *settings): job for job in todo}
+        # Ray's workers outlive their tasks too: each run gives back its GPU memory as it ends (release_memory_after)
+        task = ray.remote(release_memory_after).options(max_retries=0, **({"num_gpus": 1 / workers} if has_gpu
+                                                                           else {"num_cpus": 1}))
+        refs = {task.remote(train.run_job, job, *settings): job for job in todo}
         summaries, failed, pending = [], {}, list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)

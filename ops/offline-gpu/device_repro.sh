@@ -18,10 +18,12 @@
 #   bash ops/offline-gpu/device_repro.sh log              # only the log into $OUT (a benchmark's or diagnostic's results)
 # (PROFILE=smoke switches the profile first; default: the committed params.yaml. RUN="bash tools/diagnostics.sh
 # math-lr" runs that instead of `dvc repro`, the same way: a diagnostic longer than one call survives it.)
-# The lending tool gives a machine back 30 s after a call ends, so send the next call at once. A call that is not the
-# last may pack the light results (`collect light`: the runs' histories and metrics, ~7 MB): with the 15 MB mlflow.db
-# three of five repros lost their machine in the pause, and a machine lost with nothing collected returns nothing at
-# all (docs/results.md, "The second run": a run lost that way, and one that kept its runs).
+# The lending tool gives a machine back 30 s after a call ends, so send the next call at once (the calls of the
+# three chunks and the start together: sent one by one, waiting on each answer, the third found a fresh machine).
+# A call that is not the last may pack the light results (`collect light`: the runs' histories and metrics, ~7 MB):
+# with the 15 MB mlflow.db three of five repros lost their machine in the pause, and a machine lost with nothing
+# collected returns nothing at all (docs/results.md, "The second run": a run lost that way, and one that kept its
+# runs).
 # The last call collects everything:
 #   call 1: bash ops/offline-gpu/device_repro.sh start && bash ops/offline-gpu/device_repro.sh wait 530; bash ops/offline-gpu/device_repro.sh collect light
 #   call 2: bash ops/offline-gpu/device_repro.sh wait 540; bash ops/offline-gpu/device_repro.sh collect    (or wait alone, while running)
