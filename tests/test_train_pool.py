@@ -215,56 +215,106 @@ def test_a_runs_cost_grows_with_its_model_and_batch(tmp_path):
     assert train.cost(replace(job, model=str(large))) > train.cost(replace(job, model=str(small))) > train.cost(job)
 
 
+class FakeGPU:
+    """Units on threads that see how many run at once (the real pool is the test above's): unit(name) raises torch's
+    OutOfMemoryError where more run at once than `fits[name]` allows (itself included), else holds until `ends(name)`.
+    `tries` lists (name, how many ran at once as it started); `when(name, n)` waits for name's n-th start and
+    `failed(name, n)` until the pool has taken in its n-th failure, so that a test ends units in reaction to what the
+    pool did, not after sleeps (a loaded CI machine has other timings)."""
+
+    def __init__(self, monkeypatch, fits: dict[str, int], first_wave: int):
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        import torch  # noqa: F401 - imported here, before the threads: torch's first import is not safe from several
+
+        monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: ThreadPoolExecutor(processes))
+        self.fits, self.now, self.tries, self.failures = fits, 0, [], []
+        self.changed = threading.Condition()
+        say_failure = sharing.say_failure
+
+        def seen_failing(name, exc, who):  # the pool has taken in this failure: it sets its limit before it waits again
+            say_failure(name, exc, who)
+            with self.changed:
+                self.failures.append(name)
+                self.changed.notify_all()
+
+        monkeypatch.setattr(sharing, "say_failure", seen_failing)
+        self.first_wave = threading.Barrier(first_wave)  # the first wave all in before any looks at how many run
+        self.release: dict = {}
+
+    def ends(self, name: str) -> None:
+        import threading
+
+        with self.changed:
+            self.release.setdefault(name, threading.Event()).set()
+
+    def when(self, name: str, n: int, timeout: float = 10.0) -> None:
+        """Wait for name's n-th start."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: [t for t, _ in self.tries].count(name) >= n, timeout), \
+                f"{name} did not start a {n}th time: {self.tries}"
+
+    def failed(self, name: str, n: int, timeout: float = 10.0) -> None:
+        """Wait until the pool has seen name fail n times."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.failures.count(name) >= n, timeout), \
+                f"{name} was not seen failing {n} times: {self.tries}"
+
+    def unit(self, name: str) -> str:
+        import threading
+
+        import torch
+
+        with self.changed:
+            self.now += 1
+            self.tries.append((name, self.now))
+            first = len(self.tries) <= self.first_wave.parties
+            event = self.release.setdefault(name, threading.Event())
+            self.changed.notify_all()
+        try:
+            if first:
+                self.first_wave.wait(10)
+            with self.changed:
+                crowded = self.now > self.fits.get(name, 99)
+            if crowded:
+                raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB ({name})")
+            assert event.wait(10), f"{name} was never let end"
+            return name
+        finally:
+            with self.changed:
+                self.now -= 1
+                self.changed.notify_all()
+
+
 def test_calls_that_ran_out_of_gpu_memory_run_again_fewer_at_once(monkeypatch, capsys):
     """A GPU where b fits beside at most one other call and c only alone: each call that ran out of memory beside
     others starts again as soon as one of them ends, before the calls not yet started, and its pool runs one fewer
-    at once from then on; every call ends, and nothing is said to have failed. (Threads here, so that the calls can
-    see how many run at once; the real pool is the test above's.)"""
+    at once from then on; every call ends, and nothing is said to have failed."""
     import threading
-    import time
 
-    import torch
-    from concurrent.futures import ThreadPoolExecutor
+    gpu = FakeGPU(monkeypatch, {"b": 2, "c": 1}, first_wave=4)
+    for name in "ef":
+        gpu.ends(name)
 
-    lock, now, started = threading.Lock(), [0], []
-    first_wave = threading.Barrier(4)  # the first four all in before any looks at how many run
-    release = {name: threading.Event() for name in "abcdef"}
-    monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: ThreadPoolExecutor(processes))
-    fits = {"b": 2, "c": 1}  # the most at once (itself included) with which each still has memory
-
-    def unit(name):
-        with lock:
-            now[0] += 1
-            started.append((name, now[0]))
-            first = len(started) <= 4
-        if first:
-            first_wave.wait(5)
-        with lock:
-            crowded = now[0] > fits.get(name, 99)
-        try:
-            if crowded:
-                raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB ({name})")
-            release[name].wait(5)
-            return name
-        finally:
-            with lock:
-                now[0] -= 1
-
-    def releaser():  # a, d, e, f may end one by one, 0.2 s apart, then b and c
-        for name in "adef":
-            time.sleep(0.2)
-            release[name].set()
-        for name in "bc":
-            release[name].set()
+    def releaser():
+        gpu.failed("b", 1), gpu.failed("c", 1)
+        gpu.ends("a")  # b again, beside d only: it fits
+        gpu.when("b", 2)
+        gpu.ends("d")  # c again, beside b: out of memory again
+        gpu.failed("c", 2)
+        gpu.ends("b")  # c alone
+        gpu.when("c", 3)
+        gpu.ends("c")
 
     threading.Thread(target=releaser, daemon=True).start()
-    results, failed = sharing.run_at_once({n: (unit, (n,)) for n in "abcdef"}, 4, [], False, "train")
+    results, failed = sharing.run_at_once({n: (gpu.unit, (n,)) for n in "abcdef"}, 4, [], False, "train")
     assert sorted(results) == list("abcdef") and failed == {}
-    names = [name for name, _ in started]
+    names = [name for name, _ in gpu.tries]
     assert set(names[:4]) == set("abcd")  # 4 at once: b and c out of memory
     assert names.index("b", names.index("b") + 1) < names.index("e")  # b again before e's first start
-    assert names.count("c") == 3  # c also beside b (out of memory again), then alone
-    assert max(n for name, n in started if name in "ef") == 1  # from then on one at a time
+    assert names.count("b") == 2 and names.count("c") == 3  # c also beside b (out of memory again), then alone
+    assert [n for name, n in gpu.tries if name == "c"][2] == 1 and names.index("e") > len(names) - 3
     said = capsys.readouterr().out
     assert "[train] b ran out of GPU memory: OutOfMemoryError: CUDA out of memory." in said
     assert "again once one of the" in said and "FAILED" not in said
@@ -272,50 +322,31 @@ def test_calls_that_ran_out_of_gpu_memory_run_again_fewer_at_once(monkeypatch, c
 
 def test_once_every_call_that_ran_out_of_memory_has_ended_the_pool_runs_as_many_at_once_again(monkeypatch, capsys):
     """b fits only alone: it runs out of memory beside a, c, d, then beside c and d, then beside d, then runs alone;
-    once it has ended, e, f, g and h, which fit beside each other, run four at once again (a barrier of four that
-    times out otherwise)."""
+    once it has ended, e, f, g and h, which fit beside each other, run four at once again."""
     import threading
-    import time
 
-    import torch
-    from concurrent.futures import ThreadPoolExecutor
-
-    lock, now, tries = threading.Lock(), [0], []
-    first_wave, last_wave = threading.Barrier(4), threading.Barrier(4)
-    release = {name: threading.Event() for name in "acd"}
-    monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: ThreadPoolExecutor(processes))
-
-    def unit(name):
-        with lock:
-            now[0] += 1
-            tries.append(name)
-            crowded = name == "b" and now[0] > 1
-        try:
-            if name in "abcd" and len(tries) <= 4:
-                first_wave.wait(5)
-            if crowded:
-                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            if name in release:
-                release[name].wait(5)
-            if name in "efgh":
-                last_wave.wait(5)
-            return name
-        finally:
-            with lock:
-                now[0] -= 1
+    gpu = FakeGPU(monkeypatch, {"b": 1}, first_wave=4)
 
     def releaser():
-        for name in "acd":
-            time.sleep(0.3)
-            release[name].set()
+        for name, failures in zip("acd", (1, 2, 3)):
+            gpu.failed("b", failures)
+            gpu.ends(name)
+        gpu.when("b", 4)
+        gpu.ends("b")
+        for name in "efgh":
+            gpu.when(name, 1)
+        for name in "efgh":
+            gpu.ends(name)
 
     threading.Thread(target=releaser, daemon=True).start()
-    results, failed = sharing.run_at_once({n: (unit, (n,)) for n in "abcdefgh"}, 4, [], False, "train")
+    results, failed = sharing.run_at_once({n: (gpu.unit, (n,)) for n in "abcdefgh"}, 4, [], False, "train")
     assert sorted(results) == list("abcdefgh") and failed == {}
-    assert tries.count("b") == 4
+    assert [n for name, n in gpu.tries if name == "b"][1:] == [3, 2, 1]  # after the first wave's 4: one fewer each time
+    assert max(n for name, n in gpu.tries if name in "efgh") == 4  # all four started before any was let end
     said = capsys.readouterr().out
     assert said.count("again once one of the") == 3
     assert "every call that ran out of memory has ended: 4 at once again" in said
+
 
 
 def test_a_call_leaves_nothing_of_its_own_alive_and_gives_back_the_gpu_memory_it_held(monkeypatch):
