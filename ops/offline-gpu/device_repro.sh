@@ -27,6 +27,10 @@
 # The last call collects everything:
 #   call 1: bash ops/offline-gpu/device_repro.sh start && bash ops/offline-gpu/device_repro.sh wait 530; bash ops/offline-gpu/device_repro.sh collect light
 #   call 2: bash ops/offline-gpu/device_repro.sh wait 540; bash ops/offline-gpu/device_repro.sh collect    (or wait alone, while running)
+# A second repro from nothing on the same machine (the rerun that reports/<profile>/rerun/claims.json holds) starts in
+# the call that collects the first, so that no call's pause lies between them:
+#   bash ops/offline-gpu/device_repro.sh wait 540; bash ops/offline-gpu/device_repro.sh collect;
+#     [ -f /root/cory-repro/repro.done ] && TAG=rerun bash ops/offline-gpu/device_repro.sh start   (then TAG=rerun wait, collect)
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
 # the log), so the run happens in a copy outside it, $WORK.
 # Two background jobs can share one machine: TAG names each (default "repro": WORK=/root/cory-repro, $OUT/repro.log
