@@ -253,12 +253,12 @@ class Lane:
     pool: object
     size: int
     queue: deque
-    limit: int = 0
+    limit: int = field(init=False)
     again: list = field(default_factory=list)
     short: set = field(default_factory=set)
 
     def __post_init__(self):
-        self.limit = self.limit or self.size
+        self.limit = self.size
 
 
 def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str,

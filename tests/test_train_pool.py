@@ -226,7 +226,7 @@ class FakeGPU:
         import threading
         from concurrent.futures import ThreadPoolExecutor
 
-        import torch  # noqa: F401 - imported here, before the threads: torch's first import is not safe from several
+        import torch  # noqa: F401 - imported here, before the threads: torch's first import is not thread-safe
 
         monkeypatch.setattr(sharing, "worker_pool", lambda processes, gpus: ThreadPoolExecutor(processes))
         self.fits, self.now, self.tries, self.failures = fits, 0, [], []
@@ -252,17 +252,17 @@ class FakeGPU:
         with self.changed:
             self.release.setdefault(name, threading.Event()).set()
 
-    def when(self, name: str, n: int, timeout: float = 10.0) -> None:
-        """Wait for name's n-th start."""
+    def _wait(self, seen, what: str) -> None:
         with self.changed:
-            assert self.changed.wait_for(lambda: [t for t, _ in self.tries].count(name) >= n, timeout), \
-                f"{name} did not start a {n}th time: {self.tries}"
+            assert self.changed.wait_for(seen, 10.0), f"{what}: {self.tries}"
 
-    def failed(self, name: str, n: int, timeout: float = 10.0) -> None:
+    def when(self, name: str, n: int) -> None:
+        """Wait for name's n-th start."""
+        self._wait(lambda: [t for t, _ in self.tries].count(name) >= n, f"{name} did not start a {n}th time")
+
+    def failed(self, name: str, n: int) -> None:
         """Wait until the pool has seen name fail n times."""
-        with self.changed:
-            assert self.changed.wait_for(lambda: self.failures.count(name) >= n, timeout), \
-                f"{name} was not seen failing {n} times: {self.tries}"
+        self._wait(lambda: self.failures.count(name) >= n, f"{name} was not seen failing {n} times")
 
     def unit(self, name: str) -> str:
         import threading
