@@ -30,7 +30,9 @@
 # A second repro from nothing on the same machine (the rerun that reports/<profile>/rerun/claims.json holds) starts in
 # the call that collects the first, so that no call's pause lies between them:
 #   bash ops/offline-gpu/device_repro.sh wait 540; bash ops/offline-gpu/device_repro.sh collect;
-#     [ -f /root/cory-repro/repro.done ] && TAG=rerun bash ops/offline-gpu/device_repro.sh start   (then TAG=rerun wait, collect)
+#     [ -f /root/cory-repro/repro.done ] && FRESH=1 TAG=rerun bash ops/offline-gpu/device_repro.sh start   (then TAG=rerun wait, collect)
+# (FRESH=1: torch's compile caches, which the first run filled on this machine, go first, so the second compiles from
+# nothing too and its times compare with the first's.)
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
 # the log), so the run happens in a copy outside it, $WORK.
 # Two background jobs can share one machine: TAG names each (default "repro": WORK=/root/cory-repro, $OUT/repro.log
@@ -98,6 +100,7 @@ start() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   # an earlier start of this TAG on this machine (its process group; other TAGs run on)
+  [ -n "${FRESH:-}" ] && rm -rf /tmp/torchinductor_"$(id -un)" "$HOME/.triton/cache" && echo "torch's compile caches removed"
   stop 2>/dev/null && sleep 1
   rm -rf "$WORK" && mkdir -p "$WORK" && cp -a . "$WORK/" && cd "$WORK" || exit 1
   # no stale outputs: ignored files go (the tool sends the working tree; its .git may be older than that tree)
