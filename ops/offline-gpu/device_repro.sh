@@ -30,7 +30,7 @@
 # A second repro from nothing on the same machine (the rerun that reports/<profile>/rerun/claims.json holds) starts in
 # the call that collects the first, so that no call's pause lies between them:
 #   bash ops/offline-gpu/device_repro.sh wait 540; bash ops/offline-gpu/device_repro.sh collect;
-#     [ -f /root/cory-repro/repro.done ] && FRESH=1 TAG=rerun bash ops/offline-gpu/device_repro.sh start   (then TAG=rerun wait, collect)
+#     grep -q "^exit 0 " /root/cory-repro/repro.done && FRESH=1 TAG=rerun bash ops/offline-gpu/device_repro.sh start   (then TAG=rerun wait, collect)
 # (FRESH=1: torch's compile caches, which the first run filled on this machine, go first, so the second compiles from
 # nothing too and its times compare with the first's.)
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
@@ -96,6 +96,8 @@ PY
 
 start() {
   install
+  # a start on a machine where `install` never ran (its call found no machine) would fail at once, unseen until the wait
+  command -v dvc > /dev/null || { echo "dvc is not installed here: run 'install' with .whl carried first" >&2; exit 3; }
   bytecode
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
