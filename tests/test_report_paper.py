@@ -130,15 +130,19 @@ def test_a_rerun_is_compared_claim_by_claim(tmp_path):
     (reports / "rerun" / "claims.json").write_text(json.dumps(theirs))
     write_report(outputs, reports, ReportConfig(), experiments, None, "fixture")
     report = (reports / "REPORT.md").read_text()
-    assert (f"This run's verdicts against those of reports/fixture/rerun/claims.json: {len(ours) - 1} of "
-            f"{len(ours) + 1} claims agree.") in report
+    assert (f"This run's verdicts against those of reports/fixture/rerun/claims.json: {len(ours) - 1} of the "
+            f"{len(ours)} claims both runs scored agree (1 in one of them only).") in report
     row = next(line for line in report.splitlines() if line.startswith("| `imdb_kl_ratio` |"))
     assert row.startswith("| `imdb_kl_ratio` | inconclusive | held | **no** | "
                           "mean final KL of PPO / CORY-LLM1: 2.214 [1.426, 3.085];")
     assert "mean final KL of PPO / CORY-LLM1: inconclusive here, held there (threshold > 2)" in row
     assert "[2.1, 3]" in row
     rows = {r[0]: r for r in rerun_rows(ours, theirs)}
-    assert rows["`old_claim`"][1:4] == ["-", "mixed", "**no**"] and rows["`old_claim`"][-1] == "only in the rerun"
+    assert rows["`old_claim`"][1:4] == ["-", "mixed", "-"] and rows["`old_claim`"][-1] == "only in the rerun"
+    # a rerun that ended early: its claims.json lacks a claim this run has
+    partial = {key: entry for key, entry in ours.items() if key != "passk"}
+    row = {r[0]: r for r in rerun_rows(ours, partial)}["`passk`"]
+    assert row[2:4] == ["-", "-"] and row[5] == "-" and row[-1] == "only in this run"
     assert rows["`passk`"][3] == "yes" and rows["`passk`"][-1] == ""
     old = rerun_rows(ours, {"imdb_kl_ratio": {"verdict": "mixed", "means": {}}})
     assert "an older report" in {r[0]: r for r in old}["`imdb_kl_ratio`"][-1]
@@ -162,3 +166,30 @@ def test_runs_without_a_report_are_scored_by_the_reports_rules(tmp_path, capsys)
     pd.read_csv(history).head(20).to_csv(history, index=False)  # seed 0 stopped early
     assert not any(c.key.startswith("imdb") for c in score(tmp_path, ["imdb"], experiments, [0, 1, 2], ReportConfig()))
     assert "runs of unequal length" in capsys.readouterr().err
+
+
+def test_score_runs_writes_the_claims_it_scored_for_a_report_to_compare(tmp_path, monkeypatch, capsys):
+    """A train stage stopped in a sweep: the sweep's claim is left out (not an error), and --claims-json writes the
+    other claims in claims.json's form, which the report's rerun comparison reads."""
+    import shutil
+
+    import tools.score_runs as score_runs
+
+    write_fixture(tmp_path)
+    experiments = experiments_of(fixture_experiments())
+    shutil.rmtree(tmp_path / "runs" / "pareto" / "cory_eta0.3" / "seed2")  # the sweep's last seed never ran
+    scored = score_runs.score(tmp_path, ["imdb", "pareto"], experiments, [0, 1, 2], ReportConfig())
+    assert "pareto" not in {c.key for c in scored} and "imdb_kl_ratio" in {c.key for c in scored}
+    assert "pareto: left out" in capsys.readouterr().err
+
+    class Params:  # what main() reads of load_params()
+        report, seeds = ReportConfig(), [0, 1, 2]
+
+    Params.experiments = experiments
+    monkeypatch.setattr("pipeline.params.load_params", lambda: Params)
+    out = tmp_path / "rerun" / "claims.json"
+    score_runs.main([str(tmp_path), "--groups", "imdb", "pareto", "--claims-json", str(out)])
+    written = json.loads(out.read_text())
+    assert written == json.loads(json.dumps(summary_json(scored)))
+    rows = {r[0]: r for r in rerun_rows(summary_json(claims_by_key(tmp_path).values()), written)}
+    assert rows["`imdb_kl_ratio`"][3] == "yes" and rows["`pareto`"][3] == "-"

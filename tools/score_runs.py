@@ -2,16 +2,20 @@
 a report (a train stage stopped early), or runs copied from elsewhere.
 
     python -m tools.score_runs outputs/default [--groups imdb pareto math pareto_math] [--last-n 10]
+        [--claims-json reports/default/rerun/claims.json]
 
 Each group is read from <outputs>/runs/<group>/<run>/seed*/history.csv; a group whose runs are missing or unfinished
 (fewer iterations than its others) is left out with its claims, and so are pass@k (eval/passk.json) and every claim of
 a group not named. The rules, intervals and verdicts are the report stage's (cory.report.claims) with the params'
-report settings (params.yaml or $CORY_PARAMS); prints one line per claim and each effect's interval.
+report settings (params.yaml or $CORY_PARAMS); prints one line per claim and each effect's interval, and with
+--claims-json writes the scored claims in claims.json's form (the report's `report.rerun` reads that form: the claims
+left out are then "only in this run" there).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +23,7 @@ from pathlib import Path
 from cory.report.claims import (
     Context, ablation_claims, cooperation_claims, group_context, imdb_claims, math_claims, pareto_claim,
 )
-from cory.report.claims_text import needed_text
+from cory.report.claims_text import needed_text, summary_json
 from cory.report.results import SWEEP_RUNS, Sweep, expected_runs, load_run
 from cory.runs.config import eta_name
 
@@ -40,8 +44,12 @@ def score(outputs: Path, groups: list[str], experiments: dict, seeds: list[int],
         seeds_of = exp.seeds_of(seeds)
         if exp.sweep_eta:
             task = exp.task
-            sweep = Sweep(group, {name: {eta: load_run(runs_dir / group / f"{name}_{eta_name(eta)}", seeds_of)
-                                         for eta in exp.sweep_eta} for name in SWEEP_RUNS})
+            try:
+                sweep = Sweep(group, {name: {eta: load_run(runs_dir / group / f"{name}_{eta_name(eta)}", seeds_of)
+                                             for eta in exp.sweep_eta} for name in SWEEP_RUNS})
+            except FileNotFoundError as exc:  # a seed of one η the train stage did not finish
+                print(f"score_runs: {group}: left out ({exc})", file=sys.stderr)
+                continue
             if all(finished(by_eta) for by_eta in sweep.runs.values()):
                 claims.append(pareto_claim(task, sweep, Context(cfg)))
             continue
@@ -85,6 +93,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--groups", nargs="+", help="experiment groups to score (default: every group of the params)")
     parser.add_argument("--last-n", type=int, help="final value = mean of the last N iterations (default: report.last_n)")
     parser.add_argument("--finals", action="store_true", help="print every run's final values instead of the claims")
+    parser.add_argument("--claims-json", type=Path, help="also write the scored claims there, in claims.json's form")
     args = parser.parse_args(argv)
     from pipeline.params import load_params
 
@@ -94,7 +103,11 @@ def main(argv: list[str]) -> None:
         print("\n".join(finals(args.outputs, cfg.last_n)))
         return
     groups = args.groups or list(params.experiments)
-    for claim in score(args.outputs, groups, params.experiments, params.seeds, cfg):
+    claims = score(args.outputs, groups, params.experiments, params.seeds, cfg)
+    if args.claims_json is not None:
+        args.claims_json.parent.mkdir(parents=True, exist_ok=True)
+        args.claims_json.write_text(json.dumps(summary_json(claims), indent=2) + "\n")
+    for claim in claims:
         print(f"{claim.verdict:>14}  {claim.key}: {claim.paper}")
         for result in claim.results:
             i = result.interval

@@ -224,11 +224,17 @@ def rerun_changes(ours: dict | None, theirs: dict | None) -> str:
 
 
 def rerun_rows(ours: dict, theirs: dict) -> list[list[str]]:
-    """One row per claim of either claims.json (this run's first): key, both verdicts, whether they agree, both
-    runs' effects, and what changed (`rerun_changes`)."""
+    """One row per claim of either claims.json (this run's first): key, both verdicts, whether they agree ("-" for a
+    claim that one of them lacks: a rerun that ended early, or a claim one report did not have), both runs' effects,
+    and what changed (`rerun_changes`)."""
     keys = list(dict.fromkeys((*ours, *theirs)))
-    return [[f"`{key}`", ours.get(key, {}).get("verdict", "-"), theirs.get(key, {}).get("verdict", "-"),
-             "yes" if key in ours and key in theirs and ours[key]["verdict"] == theirs[key]["verdict"] else "**no**",
+
+    def agree(key: str) -> str:
+        if key not in ours or key not in theirs:
+            return "-"
+        return "yes" if ours[key]["verdict"] == theirs[key]["verdict"] else "**no**"
+
+    return [[f"`{key}`", ours.get(key, {}).get("verdict", "-"), theirs.get(key, {}).get("verdict", "-"), agree(key),
              _effects_brief(ours.get(key)), _effects_brief(theirs.get(key)), rerun_changes(ours.get(key),
                                                                                           theirs.get(key))]
             for key in keys]
@@ -245,8 +251,11 @@ def rerun_markdown(ours: dict, rerun: tuple[str, dict | None] | None) -> list[st
         return lines + [f"No rerun to compare with: {where} does not exist.", ""]
     rows = rerun_rows(ours, theirs)
     agree = sum(row[3] == "yes" for row in rows)
-    lines += [f"This run's verdicts against those of {where}: {agree} of {len(rows)} claims agree. Where a verdict "
-              "changed, the last column names the sub-conditions whose verdicts moved; an interval that contains "
-              "its threshold in one run only says that the seeds cannot tell the claim from its threshold.", ""]
+    both = sum(row[3] != "-" for row in rows)
+    alone = f" ({len(rows) - both} in one of them only)" if both < len(rows) else ""
+    lines += [f"This run's verdicts against those of {where}: {agree} of the {both} claims both runs scored "
+              f"agree{alone}. Where a verdict changed, the last column names the sub-conditions whose verdicts moved; "
+              "an interval that contains its threshold in one run only says that the seeds cannot tell the claim from "
+              "its threshold.", ""]
     return lines + table(["claim", "this run", "the rerun", "agree", "this run's effects [interval]",
                            "the rerun's effects [interval]", "what changed"], rows) + [""]
