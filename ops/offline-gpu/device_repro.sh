@@ -14,6 +14,8 @@
 #   bash ops/offline-gpu/device_repro.sh collect light    # the same without mlflow.db (15 MB): what a call that is not the
 #                                                 # last may bring back, so that a machine lost in the pause after it
 #                                                 # does not take everything with it
+#   bash ops/offline-gpu/device_repro.sh follow 540       # wait as `wait` does, packing the light results into $OUT once a
+#                                                 # minute: the call to make when the GPU time may end before the run
 #   bash ops/offline-gpu/device_repro.sh stop             # end this TAG's background job (its process group), others run on
 #   bash ops/offline-gpu/device_repro.sh log              # only the log into $OUT (a benchmark's or diagnostic's results)
 # (PROFILE=smoke switches the profile first; default: the committed params.yaml. RUN="bash tools/diagnostics.sh
@@ -30,9 +32,11 @@
 # A second repro from nothing on the same machine (the rerun that reports/<profile>/rerun/claims.json holds) starts in
 # the call that collects the first, so that no call's pause lies between them:
 #   bash ops/offline-gpu/device_repro.sh wait 540; bash ops/offline-gpu/device_repro.sh collect;
-#     grep -q "^exit 0 " /root/cory-repro/repro.done && FRESH=1 TAG=rerun bash ops/offline-gpu/device_repro.sh start   (then TAG=rerun wait, collect)
+#     grep -q "^exit 0 " /root/cory-repro/repro.done && FRESH=1 TAG=rerun bash ops/offline-gpu/device_repro.sh start   (then TAG=rerun follow, collect)
 # (FRESH=1: torch's compile caches, which the first run filled on this machine, go first, so the second compiles from
-# nothing too and its times compare with the first's.)
+# nothing too and its times compare with the first's.) The default profile's two repros took 840 s and over 740 s on
+# one H200 (2026-12-03): with the machine's start and the wheels' calls about 31 minutes of GPU time, so where less is
+# lent, run the second as a later job of the same commit, or `follow` it to keep what it reached.
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
 # the log), so the run happens in a copy outside it, $WORK.
 # Two background jobs can share one machine: TAG names each (default "repro": WORK=/root/cory-repro, $OUT/repro.log
@@ -149,6 +153,25 @@ stop() {
   else echo "no running $TAG job here" >&2; fi
 }
 
+follow() {
+  # wait_for in steps of FOLLOW_STEP seconds (default 60), packing the light results into $OUT after each (through a
+  # copy renamed into place, so a call cut short mid-pack still holds the previous whole one): a call that the lending
+  # tool ends at its time limit, or at the end of the GPU time, still returns what the run had written a minute before
+  local limit=${1:-540} step=${FOLLOW_STEP:-60} waited=0 stage=/tmp/follow-$TAG f
+  mkdir -p "$stage" "$OUT"
+  if [ ! -f "$LOG" ]; then echo "no $LOG here: this is a fresh machine, the background run is gone" >&2; exit 3; fi
+  while :; do
+    (wait_for "$step") > "$stage/wait.txt" 2>&1
+    (OUT=$stage collect light) > /dev/null 2>&1
+    for f in "$TAG.log" "$TAG-results.tgz"; do
+      [ -f "$stage/$f" ] && cp "$stage/$f" "$OUT/$f.part" && mv "$OUT/$f.part" "$OUT/$f"
+    done
+    waited=$((waited + step))
+    { [ -f "$WORK/repro.done" ] || [ "$waited" -ge "$limit" ]; } && break
+  done
+  cat "$stage/wait.txt"
+}
+
 collect() {
   mkdir -p "$OUT"
   cd "$WORK" || exit 3
@@ -172,8 +195,9 @@ case "${1:-}" in
   chunk) chunk ;;
   start) start ;;
   wait) wait_for "${2:-540}" ;;
+  follow) follow "${2:-540}" ;;
   collect) collect "${2:-}" ;;
   log) cd "$WORK" && grep -Ev "$FILTER" "$LOG" > "$OUT/$TAG.log" ;;  # the log alone (a job whose results are its log)
   stop) stop ;;
-  *) echo "usage: $0 install | chunk | start | wait [seconds] | collect | log | stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install | chunk | start | wait [seconds] | follow [seconds] | collect | log | stop" >&2; exit 2 ;;
 esac
