@@ -193,3 +193,35 @@ def test_score_runs_writes_the_claims_it_scored_for_a_report_to_compare(tmp_path
     assert written == json.loads(json.dumps(summary_json(scored)))
     rows = {r[0]: r for r in rerun_rows(summary_json(claims_by_key(tmp_path).values()), written)}
     assert rows["`imdb_kl_ratio`"][3] == "yes" and rows["`pareto`"][3] == "-"
+
+
+def test_score_runs_pools_two_runs_as_further_seeds(tmp_path, monkeypatch, capsys):
+    """Two outputs folders of one profile: the second's seeds count after the first's, so a claim is judged on all;
+    pooling a folder with itself gives each quantity twice, the same means and a claim judged on twice the seeds."""
+    import shutil
+
+    import tools.score_runs as score_runs
+
+    write_fixture(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    experiments = experiments_of(fixture_experiments())
+    pooled = score_runs.pool([tmp_path / "a", tmp_path / "b"], tmp_path / "pool", experiments, [0, 1, 2])
+    assert pooled["imdb"].seeds == [0, 1, 2, 3, 4, 5]
+    assert (tmp_path / "pool" / "runs" / "imdb" / "cory" / "seed4").resolve() == \
+        (tmp_path / "b" / "runs" / "imdb" / "cory" / "seed1").resolve()
+    alone = {c.key: c for c in score_runs.score(tmp_path / "a", ["imdb"], experiments, [0, 1, 2], ReportConfig())}
+    both = {c.key: c for c in score_runs.score(tmp_path / "pool", ["imdb"], pooled, [0, 1, 2], ReportConfig())}
+    assert both.keys() == alone.keys()
+    assert both["imdb_kl_ratio"].results[0].seeds == {"imdb/ppo": 6, "imdb/cory": 6}
+    assert both["imdb_kl_ratio"].results[0].interval.estimate == pytest.approx(
+        alone["imdb_kl_ratio"].results[0].interval.estimate)
+
+    class Params:  # what main() reads of load_params()
+        report, seeds = ReportConfig(), [0, 1, 2]
+
+    Params.experiments = experiments
+    monkeypatch.setattr("pipeline.params.load_params", lambda: Params)
+    score_runs.main([str(tmp_path / "a"), str(tmp_path / "b"), "--groups", "imdb"])
+    assert "seeds {'imdb/ppo': 6, 'imdb/cory': 6}" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="nowhere/runs: not found"):
+        score_runs.main([str(tmp_path / "a"), str(tmp_path / "nowhere")])

@@ -3,6 +3,7 @@ a report (a train stage stopped early), or runs copied from elsewhere.
 
     python -m tools.score_runs outputs/default [--groups imdb pareto math pareto_math] [--last-n 10]
         [--claims-json reports/default/rerun/claims.json]
+    python -m tools.score_runs outputs/default other/outputs/default     # two runs of a profile, pooled
 
 Each group is read from <outputs>/runs/<group>/<run>/seed*/history.csv; a group whose runs are missing or unfinished
 (fewer iterations than its others) is left out with its claims, and so are pass@k (eval/passk.json) and every claim of
@@ -10,6 +11,11 @@ a group not named. The rules, intervals and verdicts are the report stage's (cor
 report settings (params.yaml or $CORY_PARAMS); prints one line per claim and each effect's interval, and with
 --claims-json writes the scored claims in claims.json's form (the report's `report.rerun` reads that form: the claims
 left out are then "only in this run" there).
+
+Several outputs folders (two repros of one commit, say) are pooled: each group's seeds of the second folder count as
+further seeds after the first's, and so on, so the claims are judged on all of them. Two repros of one commit run the
+same seed numbers, which differ only through float rounding and whatever was trained differently upstream: pooled,
+they show what more seeds would decide, not a sample drawn with independent seeds.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -69,6 +76,26 @@ def score(outputs: Path, groups: list[str], experiments: dict, seeds: list[int],
     return claims
 
 
+def pool(folders: list[Path], into: Path, experiments: dict, seeds: list[int]) -> dict:
+    """Link the run folders of several outputs folders into `into`/runs/, renumbering seeds: a group's seed s of
+    folder k becomes s + k * (the group's largest seed + 1). Returns `experiments` with each group's seeds set to
+    the pooled ones (every seed of every folder; one a folder lacks is found missing when its group is read)."""
+    pooled = {}
+    for group, exp in experiments.items():
+        own = exp.seeds_of(seeds)
+        step = max(own) + 1
+        pooled[group] = replace(exp, seeds=[s + k * step for k in range(len(folders)) for s in own])
+        for k, folder in enumerate(folders):
+            for run in sorted((folder / "runs" / group).glob("*")):
+                for s in own:
+                    source = run / f"seed{s}"
+                    if source.is_dir():
+                        target = into / "runs" / group / run.name / f"seed{s + k * step}"
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.symlink_to(source.resolve(), target_is_directory=True)
+    return pooled
+
+
 def finals(outputs: Path, last_n: int) -> list[str]:
     """One line per run and seed folder: its iterations and LLM1's (and LLM2's) final task reward, KL and combined
     reward (means of the last `last_n` iterations), finished or not."""
@@ -89,7 +116,8 @@ def finals(outputs: Path, last_n: int) -> list[str]:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("outputs", type=Path, help="a profile's outputs folder, e.g. outputs/default")
+    parser.add_argument("outputs", type=Path, nargs="+",
+                        help="a profile's outputs folder, e.g. outputs/default; several are pooled")
     parser.add_argument("--groups", nargs="+", help="experiment groups to score (default: every group of the params)")
     parser.add_argument("--last-n", type=int, help="final value = mean of the last N iterations (default: report.last_n)")
     parser.add_argument("--finals", action="store_true", help="print every run's final values instead of the claims")
@@ -100,10 +128,18 @@ def main(argv: list[str]) -> None:
     params = load_params()
     cfg = params.report if args.last_n is None else replace(params.report, last_n=args.last_n)
     if args.finals:
-        print("\n".join(finals(args.outputs, cfg.last_n)))
+        for outputs in args.outputs:
+            print("\n".join(finals(outputs, cfg.last_n)))
         return
     groups = args.groups or list(params.experiments)
-    claims = score(args.outputs, groups, params.experiments, params.seeds, cfg)
+    for outputs in args.outputs:
+        if not (outputs / "runs").is_dir():
+            raise SystemExit(f"score_runs: {outputs}/runs: not found (give a profile's outputs folder)")
+    with tempfile.TemporaryDirectory() as tmp:
+        outputs, experiments = args.outputs[0], params.experiments
+        if len(args.outputs) > 1:
+            outputs, experiments = Path(tmp), pool(args.outputs, Path(tmp), params.experiments, params.seeds)
+        claims = score(outputs, groups, experiments, params.seeds, cfg)
     if args.claims_json is not None:
         args.claims_json.parent.mkdir(parents=True, exist_ok=True)
         args.claims_json.write_text(json.dumps(summary_json(claims), indent=2) + "\n")
