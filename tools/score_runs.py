@@ -127,14 +127,14 @@ def main(argv: list[str]) -> None:
 
     params = load_params()
     cfg = params.report if args.last_n is None else replace(params.report, last_n=args.last_n)
+    for outputs in args.outputs:
+        if not (outputs / "runs").is_dir():
+            raise SystemExit(f"score_runs: {outputs}/runs: not found (give a profile's outputs folder)")
     if args.finals:
         for outputs in args.outputs:
             print("\n".join(finals(outputs, cfg.last_n)))
         return
     groups = args.groups or list(params.experiments)
-    for outputs in args.outputs:
-        if not (outputs / "runs").is_dir():
-            raise SystemExit(f"score_runs: {outputs}/runs: not found (give a profile's outputs folder)")
     with tempfile.TemporaryDirectory() as tmp:
         outputs, experiments = args.outputs[0], params.experiments
         if len(args.outputs) > 1:
