@@ -7,9 +7,8 @@ first tokens and its response the tokens after them.
 
 A PPO iteration runs its one model over pioneer sequences (query + response); a CORY iteration runs the pioneer over
 the same and the observer over its prompt (the template with the query twice and the pioneer's response) + its own
-response. Measured 2026-11-28: pioneer 15.1 tokens, observer 40.1, so CORY's passes see 3.65x PPO's tokens; sampling
-is one decoding step per response token for each model, 2x. CORY / PPO per iteration therefore lies between about
-2x and 3.65x wherever the GPU is the bound (README, paper-scale measurements).
+response. Sampling is one decoding step per response token for each model, 2x PPO's, so where the GPU is the bound a
+CORY iteration costs between about 2x and this ratio of a PPO one (docs/scale.md has the measured ratio).
 """
 
 from __future__ import annotations
