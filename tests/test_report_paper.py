@@ -168,6 +168,14 @@ def test_runs_without_a_report_are_scored_by_the_reports_rules(tmp_path, capsys)
     assert "runs of unequal length" in capsys.readouterr().err
 
 
+def _params_for_main(monkeypatch, experiments):
+    """tools/score_runs.main's load_params() answering the fixture's groups with the report's default settings."""
+    from types import SimpleNamespace
+
+    params = SimpleNamespace(report=ReportConfig(), seeds=[0, 1, 2], experiments=experiments)
+    monkeypatch.setattr("pipeline.params.load_params", lambda: params)
+
+
 def test_score_runs_writes_the_claims_it_scored_for_a_report_to_compare(tmp_path, monkeypatch, capsys):
     """A train stage stopped in a sweep: the sweep's claim is left out (not an error), and --claims-json writes the
     other claims in claims.json's form, which the report's rerun comparison reads."""
@@ -182,11 +190,7 @@ def test_score_runs_writes_the_claims_it_scored_for_a_report_to_compare(tmp_path
     assert "pareto" not in {c.key for c in scored} and "imdb_kl_ratio" in {c.key for c in scored}
     assert "pareto: left out" in capsys.readouterr().err
 
-    class Params:  # what main() reads of load_params()
-        report, seeds = ReportConfig(), [0, 1, 2]
-
-    Params.experiments = experiments
-    monkeypatch.setattr("pipeline.params.load_params", lambda: Params)
+    _params_for_main(monkeypatch, experiments)
     out = tmp_path / "rerun" / "claims.json"
     score_runs.main([str(tmp_path), "--groups", "imdb", "pareto", "--claims-json", str(out)])
     written = json.loads(out.read_text())
@@ -216,11 +220,7 @@ def test_score_runs_pools_two_runs_as_further_seeds(tmp_path, monkeypatch, capsy
     assert both["imdb_kl_ratio"].results[0].interval.estimate == pytest.approx(
         alone["imdb_kl_ratio"].results[0].interval.estimate)
 
-    class Params:  # what main() reads of load_params()
-        report, seeds = ReportConfig(), [0, 1, 2]
-
-    Params.experiments = experiments
-    monkeypatch.setattr("pipeline.params.load_params", lambda: Params)
+    _params_for_main(monkeypatch, experiments)
     score_runs.main([str(tmp_path / "a"), str(tmp_path / "b"), "--groups", "imdb"])
     assert "seeds {'imdb/ppo': 6, 'imdb/cory': 6}" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="nowhere/runs: not found"):

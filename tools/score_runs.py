@@ -49,21 +49,19 @@ def score(outputs: Path, groups: list[str], experiments: dict, seeds: list[int],
     for group in groups:
         exp = experiments[group]
         seeds_of = exp.seeds_of(seeds)
-        if exp.sweep_eta:
-            task = exp.task
-            try:
+        try:  # a seed the train stage did not finish leaves its group out
+            if exp.sweep_eta:
                 sweep = Sweep(group, {name: {eta: load_run(runs_dir / group / f"{name}_{eta_name(eta)}", seeds_of)
                                              for eta in exp.sweep_eta} for name in SWEEP_RUNS})
-            except FileNotFoundError as exc:  # a seed of one η the train stage did not finish
-                print(f"score_runs: {group}: left out ({exc})", file=sys.stderr)
-                continue
-            if all(finished(by_eta) for by_eta in sweep.runs.values()):
-                claims.append(pareto_claim(task, sweep, Context(cfg)))
-            continue
-        try:
-            runs = {name: load_run(runs_dir / group / name, seeds_of) for name in expected_runs(group, experiments)}
-        except FileNotFoundError as exc:  # a seed the train stage did not finish
+            else:
+                runs = {name: load_run(runs_dir / group / name, seeds_of)
+                        for name in expected_runs(group, experiments)}
+        except FileNotFoundError as exc:
             print(f"score_runs: {group}: left out ({exc})", file=sys.stderr)
+            continue
+        if exp.sweep_eta:
+            if all(finished(by_eta) for by_eta in sweep.runs.values()):
+                claims.append(pareto_claim(exp.task, sweep, Context(cfg)))
             continue
         if not finished(runs):
             print(f"score_runs: {group}: runs of unequal length (a run stopped early): left out", file=sys.stderr)
