@@ -42,7 +42,7 @@ from cory.tracking.tags import provenance
 from pipeline import reward_model as reward
 from cory.files import folder_records
 from pipeline.common import device, process_started_at, read_jsonl, require_device, run_stage, stage_timer, write_json
-from pipeline.gpus import error_line, run_at_once, visible_gpus
+from pipeline.gpus import deterministic_kernels, error_line, run_at_once, visible_gpus
 from pipeline.params import Params, load_params
 from pipeline.paths import out_dir
 from pipeline.sections import GGUF, REWARD, SCRATCH, BaseModelConfig
@@ -354,6 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     params = load_params()
     require_device(params)
+    deterministic_kernels(params.runtime.deterministic, strict=True)  # plain transformer training: every op has one
     names = list(params.base_models) + [REWARD]
     unknown = [name for name in argv if name not in names]
     if unknown:

@@ -32,7 +32,7 @@ from cory.tracking.store import warm_up
 from pipeline.common import device, read_jsonl, require_device, run_stage, stage_timer, write_json
 from pipeline.params import evaluation_seeds, load_params
 from pipeline.paths import out_dir
-from pipeline.gpus import processes_at_once, run_at_once, visible_gpus
+from pipeline.gpus import deterministic_kernels, processes_at_once, run_at_once, visible_gpus
 from pipeline.sections import EvaluateConfig, RuntimeConfig
 from pipeline.single_writer import stage_lock
 
@@ -183,6 +183,7 @@ def evaluate(
 def main() -> None:
     params = load_params()
     require_device(params)
+    deterministic_kernels(params.runtime.deterministic)
     with stage_lock(params, "evaluate"), stage_timer(params, "evaluate"):  # one writer (pipeline.single_writer)
         cfg = params.evaluation
         eval_dir = out_dir(params, "eval")

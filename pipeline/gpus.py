@@ -46,6 +46,43 @@ def share_cpus(workers: int) -> None:
     torch.set_num_threads(share)
 
 
+DETERMINISTIC = "CORY_DETERMINISTIC"
+"""Set by deterministic_kernels in a stage ("strict" or "warn"), so that the worker processes it spawns set torch's
+flags too."""
+
+
+def deterministic_kernels(on: bool, strict: bool = False) -> None:
+    """runtime.deterministic, in a stage that computes, before its first CUDA work: cuBLAS on a fixed workspace
+    (CUBLAS_WORKSPACE_CONFIG; otherwise the reduction order of a matmul may vary), torch's deterministic algorithms
+    where an op has one, and with them Inductor's deterministic mode, which never picks a kernel by timing candidates
+    whose numerics differ (under MPS, with 16 runs sharing the GPU, the timings and so the choices varied from repro
+    to repro). `strict` (the base models' training: plain transformer ops) makes every op deterministic, flash
+    attention's backward included, and an op that has no deterministic kernel an error; otherwise such an op warns
+    and runs (the RL runs' decoding and update use ops beyond that set; their sequences are short enough that flash
+    attention's backward sums at most two blocks per element, in either order the same). torch's uninitialized-memory
+    fill, which the flag turns on, stays off: every buffer this project reads is written first. The settings are
+    inherited by the stage's spawned workers, which set torch's flags in start_worker (a Ray worker, in
+    pipeline.train.on_ray_worker)."""
+    if not on:
+        return
+    os.environ[DETERMINISTIC] = "strict" if strict else "warn"
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    deterministic_torch()
+
+
+def deterministic_torch() -> None:
+    """torch's part of deterministic_kernels, in this process (flags are per process), as $CORY_DETERMINISTIC asks."""
+    mode = os.environ.get(DETERMINISTIC)
+    if mode not in ("strict", "warn"):
+        return
+    import torch
+    import torch._inductor.config as inductor
+
+    torch.use_deterministic_algorithms(True, warn_only=mode == "warn")
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    inductor.deterministic = True  # torch sets it with the flag too; older versions read it from here only
+
+
 MPS_PREFIX = "cory-mps-"
 
 
@@ -168,7 +205,8 @@ def gpu_of_worker(index: int, gpus: list[str]) -> str | None:
 def start_worker(workers: int, counter, gpus: list[str]) -> None:
     """Pool initializer: the worker ends with the stage process that started it (a killed stage leaves no run
     training, pipeline.single_writer); the next worker index from the shared counter picks this process's GPU (set
-    before CUDA starts in it, so the process sees that GPU alone, as cuda:0), then share_cpus."""
+    before CUDA starts in it, so the process sees that GPU alone, as cuda:0), then share_cpus, and torch's
+    deterministic flags where the stage asked for them (deterministic_kernels)."""
     end_with_parent()
     with counter.get_lock():
         index = counter.value
@@ -177,6 +215,7 @@ def start_worker(workers: int, counter, gpus: list[str]) -> None:
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     share_cpus(workers)
+    deterministic_torch()
 
 
 def worker_pool(processes: int, gpus: list[str]) -> ProcessPoolExecutor:

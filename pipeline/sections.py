@@ -44,6 +44,12 @@ class RuntimeConfig:
     device: Literal["auto", "cuda"] = "auto"
     """Where stages compute: "cuda" requires a GPU and every stage stops at its start without one (a profile sized
     for a GPU would run for days on a CPU); "auto" uses a GPU when torch sees one."""
+    deterministic: bool = True
+    """Deterministic kernels in the stages that compute (pipeline.gpus.deterministic_kernels): the same commit and
+    profile on the same GPU model then give the same numbers, run after run, so that two repros differ only where the
+    code or the settings do. Without it, kernels that add in whatever order their threads finish, and kernel choices
+    made by timing them (torch.compile's), make every repro of the same commit a little different, and RL amplifies
+    the difference into other runs. False trades this for the last few percent of speed."""
 
     def __post_init__(self) -> None:
         path = section_path("runtime")

@@ -38,7 +38,8 @@ from cory.runs.config import Job, TaskConfig
 from cory.runs.run import run_training
 from cory.schema import ConfigError, to_dict
 from pipeline.common import device, require_device, run_stage, stage_timer, write_json
-from pipeline.gpus import error_line, processes_at_once, release_memory_after, run_at_once, visible_gpus
+from pipeline.gpus import (DETERMINISTIC, deterministic_kernels, deterministic_torch, error_line, processes_at_once,
+                           release_memory_after, run_at_once, visible_gpus)
 from pipeline.params import Params, load_params
 from pipeline.paths import ROOT, out_dir
 from pipeline.sections import REWARD
@@ -146,6 +147,17 @@ def run_all(todo: list[Job], settings: tuple, workers: int, gpus: list[str], mps
     return run_at_once(calls, processes, gpus, mps, "train", {job.name: float(cost(job)) for job in todo})
 
 
+DETERMINISM_VARIABLES = (DETERMINISTIC, "CUBLAS_WORKSPACE_CONFIG")
+"""What pipeline.gpus.deterministic_kernels sets in the stage's environment, passed on to Ray's workers."""
+
+
+def on_ray_worker(function, *args):
+    """A call in a Ray worker, which runs no pool initializer: torch's deterministic flags where the stage set them
+    (pipeline.gpus.start_worker's part), then the call under release_memory_after."""
+    deterministic_torch()
+    return release_memory_after(function, *args)
+
+
 def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dict], dict[str, str]]:
     """run_all's contract on a Ray cluster ($RAY_ADDRESS; unset: a local instance): one task per run, in `todo`'s order,
     each asking for 1/workers of a GPU where the cluster has GPUs (Ray then sets the task's CUDA_VISIBLE_DEVICES),
@@ -155,13 +167,14 @@ def run_on_ray(todo: list[Job], settings: tuple, workers: int) -> tuple[list[dic
     except ImportError:
         raise ConfigError("runtime.executor: ray needs the ray package (pip install 'ray>=2.9')") from None
     ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False, log_to_driver=True,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}})
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false",
+                                       **{k: os.environ[k] for k in DETERMINISM_VARIABLES if k in os.environ}}})
     try:
         has_gpu = ray.cluster_resources().get("GPU", 0) > 0
         from pipeline import train  # run_job by its importable name, not as __main__'s (python -m pipeline.train)
 
         # Ray's workers outlive their tasks too: each run gives back its GPU memory as it ends (release_memory_after)
-        task = ray.remote(release_memory_after).options(max_retries=0, **({"num_gpus": 1 / workers} if has_gpu
+        task = ray.remote(train.on_ray_worker).options(max_retries=0, **({"num_gpus": 1 / workers} if has_gpu
                                                                            else {"num_cpus": 1}))
         refs = {task.remote(train.run_job, job, *settings): job for job in todo}
         summaries, failed, pending = [], {}, list(refs)
@@ -334,6 +347,7 @@ def stage_jobs(params: Params, groups: list[str]) -> list[Job]:
 def main(argv: list[str]) -> None:
     params = load_params()
     require_device(params)
+    deterministic_kernels(params.runtime.deterministic)
     groups = argv or list(params.experiments)
     unknown = [group for group in groups if group not in params.experiments]
     if unknown:

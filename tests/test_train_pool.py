@@ -477,3 +477,51 @@ def test_with_costs_and_several_gpus_each_gpu_gets_a_pool_of_its_own_runs(monkey
     pools.clear()
     sharing.run_at_once(calls, 4, ["0", "1"], False, "train")  # without costs: one pool over both GPUs
     assert pools == [(4, ["0", "1"])]
+
+
+def _torch_flags() -> tuple[bool, bool, bool]:
+    """(deterministic algorithms, warn only, Inductor's deterministic mode) of the process it runs in."""
+    import torch
+    import torch._inductor.config as inductor
+
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            bool(inductor.deterministic))
+
+
+@pytest.fixture
+def torch_flags_restored(monkeypatch):
+    """The test's flags and variables undone afterwards (they are per process: the other tests run with them off)."""
+    import torch
+    import torch._inductor.config as inductor
+
+    for name in (sharing.DETERMINISTIC, "CUBLAS_WORKSPACE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    before = _torch_flags(), torch.utils.deterministic.fill_uninitialized_memory
+    yield
+    torch.use_deterministic_algorithms(before[0][0], warn_only=before[0][1])
+    inductor.deterministic = before[0][2]
+    torch.utils.deterministic.fill_uninitialized_memory = before[1]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_deterministic_kernels_reach_the_spawned_workers(torch_flags_restored, strict):
+    """runtime.deterministic: the stage's process and the pool's spawned workers (torch's flags are per process)
+    compute with deterministic algorithms, strict in the base_models stage, warning elsewhere; cuBLAS on a fixed
+    workspace; uninitialized memory not filled."""
+    import torch
+
+    sharing.deterministic_kernels(True, strict=strict)
+    expected = (True, not strict, True)
+    assert _torch_flags() == expected
+    assert torch.utils.deterministic.fill_uninitialized_memory is False
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    with sharing.worker_pool(1, []) as pool:
+        assert pool.submit(_torch_flags).result() == expected
+
+
+def test_deterministic_kernels_off_changes_nothing(torch_flags_restored):
+    before = _torch_flags()
+    sharing.deterministic_kernels(False)
+    assert _torch_flags() == before and sharing.DETERMINISTIC not in os.environ
+    with sharing.worker_pool(1, []) as pool:
+        assert pool.submit(_torch_flags).result()[0] is False
