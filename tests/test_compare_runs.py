@@ -25,7 +25,7 @@ def test_runs_repeat_unless_a_logged_value_differs(tmp_path):
     assert compare(a, b) == [
         "imdb: 1 of 2 runs repeat exactly",
         "  imdb/cory/seed0: parts at row 1 of 2, llm1/kl: 0.5 vs 0.50000001",
-        "math: 1 of 1 runs repeat exactly",
+        "math: 1 of 1 runs repeat exactly (1 of them over the iterations an unfinished one has: 1 of 2)",
     ]
 
 

@@ -37,17 +37,21 @@ def compare(first: Path, second: Path) -> list[str]:
     """The report's lines: per group, then per run that does not repeat."""
     lines = []
     runs = sorted(p.relative_to(first / "runs").parent for p in (first / "runs").glob("*/*/seed*/history.csv"))
-    groups: dict[str, list[tuple[Path, tuple | None, int]]] = {}
+    groups: dict[str, list[tuple[Path, tuple | None, int, int]]] = {}
     for run in runs:
         other = second / "runs" / run / "history.csv"
         if not other.is_file():
             continue
         a, b = history(first / "runs" / run / "history.csv"), history(other)
-        groups.setdefault(run.parts[0], []).append((run, first_difference(a, b), min(len(a), len(b))))
+        groups.setdefault(run.parts[0], []).append((run, first_difference(a, b), min(len(a), len(b)),
+                                                    max(len(a), len(b))))
     for group, compared in groups.items():
-        same = sum(diff is None for _, diff, _ in compared)
-        lines.append(f"{group}: {same} of {len(compared)} runs repeat exactly")
-        for run, diff, rows in compared:
+        same = [rows for _, diff, rows, longest in compared if diff is None]
+        partial = [f"{rows} of {longest}" for _, diff, rows, longest in compared if diff is None and rows < longest]
+        lines.append(f"{group}: {len(same)} of {len(compared)} runs repeat exactly"
+                     + (f" ({len(partial)} of them over the iterations an unfinished one has: {', '.join(partial)})"
+                        if partial else ""))
+        for run, diff, rows, _ in compared:
             if diff is not None:
                 row, column, x, y = diff
                 lines.append(f"  {run}: parts at row {row} of {rows}, {column}: {x} vs {y}")
