@@ -15,6 +15,8 @@ import csv
 import sys
 from pathlib import Path
 
+from tools.score_runs import check_outputs
+
 TIMING = "timing/"
 
 
@@ -46,9 +48,9 @@ def compare(first: Path, second: Path) -> list[str]:
         groups.setdefault(run.parts[0], []).append((run, first_difference(a, b), min(len(a), len(b)),
                                                     max(len(a), len(b))))
     for group, compared in groups.items():
-        same = [rows for _, diff, rows, longest in compared if diff is None]
+        same = sum(diff is None for _, diff, _, _ in compared)
         partial = [f"{rows} of {longest}" for _, diff, rows, longest in compared if diff is None and rows < longest]
-        lines.append(f"{group}: {len(same)} of {len(compared)} runs repeat exactly"
+        lines.append(f"{group}: {same} of {len(compared)} runs repeat exactly"
                      + (f" ({len(partial)} of them over the iterations an unfinished one has: {', '.join(partial)})"
                         if partial else ""))
         for run, diff, rows, _ in compared:
@@ -64,9 +66,7 @@ def main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise SystemExit(__doc__)
     first, second = map(Path, argv)
-    for folder in (first, second):
-        if not (folder / "runs").is_dir():
-            raise SystemExit(f"compare_runs: {folder}/runs: not found (give a profile's outputs folder)")
+    check_outputs([first, second], "compare_runs")
     print("\n".join(compare(first, second)))
 
 

@@ -94,6 +94,13 @@ def pool(folders: list[Path], into: Path, experiments: dict, seeds: list[int]) -
     return pooled
 
 
+def check_outputs(folders: list[Path], tool: str) -> None:
+    """One line naming the first folder that is not a profile's outputs folder (it has no runs/)."""
+    for folder in folders:
+        if not (folder / "runs").is_dir():
+            raise SystemExit(f"{tool}: {folder}/runs: not found (give a profile's outputs folder)")
+
+
 def finals(outputs: Path, last_n: int) -> list[str]:
     """One line per run and seed folder: its iterations and LLM1's (and LLM2's) final task reward, KL and combined
     reward (means of the last `last_n` iterations), finished or not."""
@@ -125,9 +132,7 @@ def main(argv: list[str]) -> None:
 
     params = load_params()
     cfg = params.report if args.last_n is None else replace(params.report, last_n=args.last_n)
-    for outputs in args.outputs:
-        if not (outputs / "runs").is_dir():
-            raise SystemExit(f"score_runs: {outputs}/runs: not found (give a profile's outputs folder)")
+    check_outputs(args.outputs, "score_runs")
     if args.finals:
         for outputs in args.outputs:
             print("\n".join(finals(outputs, cfg.last_n)))
