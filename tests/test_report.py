@@ -31,7 +31,7 @@ from cory.report.claims import fall_factor
 from cory.report.config import ReportConfig
 from cory.report.markdown import claim_markdown
 from cory.report.report import write_report
-from cory.report.stats import combine, side
+from cory.report.stats import combine, side, student_half_width
 from cory.report.results import load_inputs
 
 FIGURES = ("fig2c_pareto", "fig2c_pareto_math", "fig3_imdb", "fig4_math", "fig5_passk", "fig6_ablations",
@@ -264,11 +264,12 @@ def test_sub_conditions_combine_into_the_claims_verdict():
 
 def test_runs_of_different_algorithms_are_not_paired_by_seed():
     # A and B alike seed by seed: paired, a - b would be 0 in every draw; as independent runs, a 0 against a 10
-    # comes in 1 draw of 16
+    # comes in 1 draw of 16, and the spread gives Welch's interval at 1 degree of freedom, 0 -+ 12.706 x 5 sqrt(2)
     values = {0: 0.0, 1: 10.0}
     diff = Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", -1.0)
     apart = two_runs(values, dict(values), [diff]).results[0]
-    assert apart.interval.estimate == 0 and apart.interval.low == -10 and apart.interval.high == 10
+    assert apart.interval.estimate == 0 and apart.interval.low < -10 and apart.interval.high > 10
+    assert apart.interval.high == pytest.approx(-apart.interval.low) == pytest.approx(12.706 * 5 * 2**0.5, rel=0.03)
     same = Claim("k", "f.png", "paper", "rule", {"a": values, "b": dict(values)}, {"a": "A", "b": "A"}, [diff])
     assert (same.results[0].interval.low, same.results[0].interval.high) == (0.0, 0.0)
     assert same.verdict == HELD and apart.verdict == INCONCLUSIVE
@@ -279,7 +280,9 @@ def test_claim_broadcasts_an_unseeded_model_and_reports_nan_as_not_measurable():
                   [Effect("a - base", ("a", "base"), lambda a, base: a - base, ">", 0.0)])
     assert claim.seeds == [0, 1] and claim.means() == {"a": 1.25, "base": 1.0}
     result = claim.results[0]
-    assert (result.interval.estimate, result.interval.low, result.interval.high) == (0.25, -0.5, 1.0)
+    # a - base at seeds 0 and 1: 1.0 and -0.5, so 0.25 -+ t_{0.975, 1} x 0.75 = 0.25 -+ 9.53
+    assert result.interval.estimate == 0.25 and result.interval.high - 0.25 == pytest.approx(9.53, rel=0.03)
+    assert result.interval.low == pytest.approx(0.25 - (result.interval.high - 0.25))
     assert claim.verdict == INCONCLUSIVE and result.seeds == {"A": 2}
     nan = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}}, {"a": "A"},
                 [Effect("a", ("a",), lambda a: a, ">", 0.0)])
@@ -327,7 +330,7 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     for i, claim in enumerate(claims.values(), 1):
         assert f"### {i}. {claim.paper}" in report
     assert report.count("**Verdict: held**") == len(claims)
-    assert "| mean final KL of PPO / CORY-LLM1 | 2.966 [2.852, 3.085] | > 2 | held | 3 per run | 2 | bootstrap | 2 |" \
+    assert "| mean final KL of PPO / CORY-LLM1 | 2.966 [2.764, 3.168] | > 2 | held | 3 per run | 2 | bootstrap | 2 |" \
         in report  # the paper's "more than 2x" beside ours
     assert "| pass@1 PPO | 0.1212 ± 0.0010 (3 seeds) | 0: 0.1200, 1: 0.1212, 2: 0.1224 | 0.145 |" in report
     assert "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the authors' figure" in report
@@ -368,9 +371,11 @@ def test_kl_ratio_verdict_follows_the_fixture_numbers(tmp_path):
     claim = claims_by_key(tmp_path / "mixed")["imdb_kl_ratio"]
     low, high = claim.results[0].interval.low, claim.results[0].interval.high
     assert claim.verdict == INCONCLUSIVE and low < 2 < high and claim.results[0].interval.estimate > 2
-    # CORY's resample is seed 2 thrice (KL 10.4) in 1 draw of 27 and seed 0 thrice (4.956) in another: more than
-    # 2.5% each, so the ends are PPO's resampled mean (14.70 to 15.29) over those
-    assert 14.70 / 10.40 <= low <= 15.29 / 10.40 and 14.70 / 4.956 <= high <= 15.29 / 4.956
+    # CORY's resample is seed 2 thrice (KL 10.4) in 1 draw of 27 and seed 0 thrice (4.956) in another, so the draws
+    # reach PPO's resampled mean (14.70 to 15.29) over those; Student's t on the draws' spread reaches further
+    assert low <= 15.29 / 10.40 and high >= 14.70 / 4.956
+    assert high - claim.results[0].interval.estimate == pytest.approx(
+        student_half_width(claim.results[0].interval.se, 3, 0.95))
     assert (f"- **Verdict: inconclusive** (95% intervals; mean final KL of PPO / CORY-LLM1: [{low:.4g}, "
             f"{high:.4g}] contains 2;") in "\n".join(claim_markdown(1, claim))
     assert claim.seeds_needed > 3  # the spread needs more seeds than 3 to decide

@@ -22,6 +22,7 @@ from cory.report.stats import (
     seeds_needed,
     seeds_needed_for_rates,
     side,
+    student_half_width,
     t_quantile,
 )
 
@@ -37,17 +38,30 @@ def mean(x):
     return x
 
 
-def test_the_interval_of_a_mean_of_three_seeds_is_their_range():
-    # resampling 3 seeds: the mean is the lowest seed with probability 1/27, beyond even the plain 2.5%
+def test_the_interval_of_a_mean_of_a_few_seeds_is_students_t():
+    # 1, 2, 6: mean 3, sample std sqrt(7); t_{0.975, 2} = 4.3027, so 3 -+ 4.3027 sqrt(7) / sqrt(3) = 3 -+ 6.573, far
+    # beyond the draws' range [1, 6] (the bootstrap's standard error is a random estimate: a few per mille off)
     iv = bootstrap_interval([column(1.0, 2.0, 6.0)], mean, SETTINGS)
-    assert (iv.estimate, iv.low, iv.high) == (3.0, 1.0, 6.0)
-    # two seeds: means a, (a+b)/2, b with probabilities 1/4, 1/2, 1/4
+    assert iv.estimate == 3.0 and iv.high - iv.estimate == pytest.approx(6.573, rel=0.03)
+    assert iv.high - iv.estimate == pytest.approx(iv.estimate - iv.low)
+    assert student_half_width(iv.se, 3, 0.95) == pytest.approx(iv.high - iv.estimate)
+    # two seeds: t_{0.975, 1} = 12.706, sample std sqrt(2): 2 -+ 12.706
     iv = bootstrap_interval([column(1.0, 3.0)], mean, SETTINGS)
-    assert (iv.estimate, iv.low, iv.high) == (2.0, 1.0, 3.0)
-    # at 40% a plain percentile interval would be the 0.3 and 0.7 quantiles, both 2; the expanded level at 2 seeds
-    # is 2 Phi(-sqrt(2) t_{0.7, 1}) = 2 Phi(-1.028) = 0.30, whose 0.15 and 0.85 quantiles are the seeds
+    assert iv.estimate == 2.0 and (iv.high - 2.0, 2.0 - iv.low) == pytest.approx((12.706, 12.706), rel=0.03)
+    # where the expanded percentiles are the wider, they stay: at 40% and 2 seeds t_{0.7, 1} = 0.727 leaves [1.27, 2.73],
+    # while the expanded level, 2 Phi(-sqrt(2) t_{0.7, 1}) = 0.30, puts its 0.15 and 0.85 quantiles on the seeds
     wide = bootstrap_interval([column(1.0, 3.0)], mean, Bootstrap(0.4, 10000, 0))
     assert (wide.low, wide.high) == (1.0, 3.0)
+
+
+def test_a_mean_of_three_seeds_is_covered_as_often_as_the_confidence_says():
+    # the draws of 3 seeds end at their extremes, whose range holds the mean of a symmetric distribution only
+    # 1 - 2 (1/2)^3 = 75% of the time; the interval, never narrower than Student's t, holds it about 95% of the time
+    rng = np.random.default_rng(1)
+    settings = Bootstrap(0.95, 2000, 0)
+    covered = [(lambda iv: iv.low <= 0.0 <= iv.high)(bootstrap_interval([column(*rng.normal(size=3))], mean, settings))
+               for _ in range(400)]
+    assert np.mean(covered) >= 0.9
 
 
 def test_the_expanded_level_by_hand():
@@ -60,15 +74,19 @@ def test_the_expanded_level_by_hand():
     assert 0.045 < expanded_alpha(0.95, 100) < 0.05  # towards the plain level as seeds grow
 
 
-def test_two_runs_of_three_seeds_are_decided_only_where_they_separate():
+def test_two_runs_of_three_seeds_are_decided_only_where_welchs_t_clears():
     # the plain percentile interval of a difference of two 3-seed means excludes 0 here (the draws where every
     # pick is the overlapping pair, 1/729, lie beyond its 2.5%): the expanded one reaches min(a) - max(b) = -0.1
     a, b = column(1.0, 2.0, 3.0), column(0.0, 0.5, 1.1)
     overlap = bootstrap_interval([a, b], lambda x, y: x - y, SETTINGS)
-    assert overlap.low == pytest.approx(1.0 - 1.1) and overlap.high == pytest.approx(3.0 - 0.0)
+    assert overlap.low < 1.0 - 1.1 and overlap.high > 3.0 - 0.0
     assert side(overlap, ">", 0.0) == INCONCLUSIVE
-    apart = bootstrap_interval([a, column(0.0, 0.5, 0.9)], lambda x, y: x - y, SETTINGS)
-    assert apart.low == pytest.approx(0.1) and side(apart, ">", 0.0) == HELD
+    # every seed of a beyond every seed of b, but 2 -+ 4.3027 sqrt(1/3 + 0.2033/3) = 2 -+ 2.72 still contains 0
+    spread = bootstrap_interval([a, column(0.0, 0.5, 0.9)], lambda x, y: x - y, SETTINGS)
+    assert spread.estimate - spread.low == pytest.approx(2.724, rel=0.03) and side(spread, ">", 0.0) == INCONCLUSIVE
+    # apart by far more than their spread: 2.9 -+ 4.3027 sqrt(0.01/3 + 0.01/3) = 2.9 -+ 0.35
+    apart = bootstrap_interval([column(2.9, 3.0, 3.1), column(0.0, 0.1, 0.2)], lambda x, y: x - y, SETTINGS)
+    assert apart.estimate - apart.low == pytest.approx(0.351, rel=0.03) and side(apart, ">", 0.0) == HELD
 
 
 def test_a_verdict_needs_the_whole_interval_on_one_side():
@@ -93,13 +111,14 @@ def test_runs_are_resampled_independently_and_a_runs_quantities_together():
     # two runs whose seeds 0 and 1 read 0 and 10 each: paired by seed their difference would always be 0
     a, b = column(0.0, 10.0), column(0.0, 10.0)
     apart = bootstrap_interval([a, b], lambda x, y: x - y, SETTINGS)
-    assert (apart.estimate, apart.low, apart.high) == (0.0, -10.0, 10.0)
+    assert apart.estimate == 0.0 and apart.low < -10.0 and apart.high > 10.0
     # one run with two quantities equal seed by seed: drawn together, their difference is 0 in every draw
     together = bootstrap_interval([np.hstack([a, b])], lambda x, y: x - y, SETTINGS)
     assert (together.low, together.high) == (0.0, 0.0)
     # a constant (a model trained once) joins every draw as it is
     shifted = bootstrap_interval([column(1.0, 3.0)], lambda x, c: x - c, SETTINGS, constants=(1.0,))
-    assert (shifted.estimate, shifted.low, shifted.high) == (1.0, 0.0, 2.0)
+    unshifted = bootstrap_interval([column(1.0, 3.0)], mean, SETTINGS)
+    assert (shifted.estimate, shifted.low, shifted.high) == pytest.approx((1.0, unshifted.low - 1, unshifted.high - 1))
 
 
 def test_the_bootstrap_is_reproducible():

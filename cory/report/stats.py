@@ -8,10 +8,12 @@ quantities of one run (LLM1 and LLM2 of one CORY run) are drawn together, seed b
 a report reproducible. With few seeds the plain percentile interval is too narrow (a bootstrap's spread is the
 plug-in one, and a normal quantile stands where Student's t belongs), so its percentiles are those of Hesterberg's
 expanded percentile interval (`expanded_alpha`; Hesterberg 2015, "What teachers should know about the bootstrap",
-The American Statistician 69(4)), at the fewest seeds of the effect's runs: at 3 seeds it reaches the ends of the
-draws, so an effect of two runs is decided only where every seed of one lies beyond every seed of the other. Rates
-(k of n seeds) get exact intervals instead (Clopper-Pearson for one rate, an exact unconditional test inverted for a
-difference of two): a bootstrap of 3 seeds that all collapsed would give [1, 1].
+The American Statistician 69(4)), at the fewest seeds of the effect's runs. At 3 seeds that level lies beyond every
+draw, and the draws end at the seeds' extremes: the range of 3 seeds holds their median only 75% of the time (each
+seed falls on either side of it with probability 1/2). So the interval is never narrower than Student's t interval
+on the bootstrap's standard error (`student_half_width`), which for a mean is the textbook one. Rates (k of n seeds)
+get exact intervals instead (Clopper-Pearson for one rate, an exact unconditional test inverted for a difference of
+two): a bootstrap of 3 seeds that all collapsed would give [1, 1].
 
 Everything here is a pure function of numbers; cory.claims turns runs into those numbers.
 """
@@ -96,11 +98,23 @@ def bootstrap_interval(runs: list[np.ndarray], formula: Callable[..., object], s
         draws = np.broadcast_to(np.asarray(formula(*columns, *constants), dtype=float), (settings.draws,))
     if np.isnan(draws).any():
         return Interval(point, math.nan, math.nan)
-    alpha = expanded_alpha(settings.confidence, min(v.shape[0] for v in runs))
+    n = min(v.shape[0] for v in runs)
+    alpha = expanded_alpha(settings.confidence, n)
     finite = draws[np.isfinite(draws)]
     se = float(np.std(finite)) if len(finite) == len(draws) else math.inf
-    return Interval(point, float(np.quantile(draws, alpha / 2, method="lower")),
-                    float(np.quantile(draws, 1 - alpha / 2, method="higher")), se)
+    low = float(np.quantile(draws, alpha / 2, method="lower"))
+    high = float(np.quantile(draws, 1 - alpha / 2, method="higher"))
+    if math.isfinite(se):  # no narrower than Student's t, which the draws of a few seeds cannot reach
+        half = student_half_width(se, n, settings.confidence)
+        low, high = min(low, point - half), max(high, point + half)
+    return Interval(point, low, high, se)
+
+
+def student_half_width(se: float, n: int, confidence: float) -> float:
+    """Half the width of Student's t interval at n seeds from a bootstrap standard error: t_{1 - alpha/2, n-1} x se x
+    sqrt(n / (n-1)) (the bootstrap's spread is the plug-in one, sqrt((n-1) / n) of the sample's). For one run's mean
+    it is the textbook t interval; for a difference of two runs' means, Welch's at the fewer seeds' degrees of freedom."""
+    return t_quantile(1 - (1 - confidence) / 2, n - 1) * se * math.sqrt(n / (n - 1))
 
 
 def side(interval: Interval, op: str, threshold: float) -> str:
