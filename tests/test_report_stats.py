@@ -54,6 +54,14 @@ def test_the_interval_of_a_mean_of_a_few_seeds_is_students_t():
     assert (wide.low, wide.high) == (1.0, 3.0)
 
 
+def test_the_interval_ends_where_the_effects_values_do():
+    # shares of 0, 0.5 and 1: Student's 0.5 -+ 4.3027 x 0.5 / sqrt(3) = 0.5 -+ 1.24 would reach below 0 and above 1
+    share = bootstrap_interval([column(0.0, 0.5, 1.0)], mean, SETTINGS, bounds=(0.0, 1.0))
+    free = bootstrap_interval([column(0.0, 0.5, 1.0)], mean, SETTINGS)
+    assert free.low < 0.0 and free.high > 1.0 and (share.low, share.high) == (0.0, 1.0)
+    assert side(share, ">=", 1.0) == INCONCLUSIVE and side(share, ">", 0.0) == INCONCLUSIVE
+
+
 def test_a_mean_of_three_seeds_is_covered_as_often_as_the_confidence_says():
     # the draws of 3 seeds end at their extremes, whose range holds the mean of a symmetric distribution only
     # 1 - 2 (1/2)^3 = 75% of the time; the interval, never narrower than Student's t, holds it about 95% of the time

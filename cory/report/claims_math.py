@@ -3,6 +3,7 @@ either task."""
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
@@ -44,9 +45,9 @@ def math_claims(maths: dict[str, Run], ctx: Context) -> list[Claim]:
         f"{NOISE_QUANTILE:g} quantile over its residuals around the smoothed curve in shuffled orders: the top "
         f"stretch of a flat noisy curve is no peak): fall - max({cfg.decline:g} x rise, noise) > 0. Each of the four "
         "has its own interval.", t,
-        [mean_of("mean peak iteration, no earlier than", top, ">=", float(w)),
-         mean_of("mean peak iteration, before the last iterations", top, "<", float(length - n)),
-         mean_of("mean rise", rise, ">", 0.0), mean_of("mean fall beyond decline and noise", excess, ">", 0.0)]))
+        [mean_of("mean peak iteration, no earlier than", top, ">=", float(w), (0.0, length - 1.0)),
+         mean_of("mean peak iteration, before the last iterations", top, "<", float(length - n), (0.0, length - 1.0)),
+         mean_of("mean rise", rise, ">", 0.0, (0.0, math.inf)), mean_of("mean fall beyond decline and noise", excess, ">", 0.0)]))
 
     t = Table()
     p = t.add("PPO max drawdown of task reward", ppo, drawdown(ppo, "llm1/task_reward", cfg))
@@ -115,7 +116,7 @@ def pareto_claim(task: str, sweep: Sweep | None, ctx: Context) -> Claim:
             pairs = list(zip(v[0::2], v[1::2]))
             return dominated_share(pairs[:m], pairs[m:])
 
-        effects.append(Effect(f"share of PPO points dominated by CORY-{x}", reads, share, ">=", 1.0))
+        effects.append(Effect(f"share of PPO points dominated by CORY-{x}", reads, share, ">=", 1.0, (0.0, 1.0)))
     etas = ", ".join(f"{e:g}" for e in sorted(sweep.runs["ppo"]))
     return ctx.claim(
         SWEEP_TASKS[task], f"fig2c_{SWEEP_TASKS[task]}.png", paper,

@@ -22,7 +22,7 @@ def verdict_rule(cfg: ReportConfig) -> str:
         "those of Hesterberg's expanded interval at the fewest seeds of the effect's runs, widened where needed to "
         "Student's t interval on the bootstrap's standard error (the plain percentile interval of a few seeds is too "
         "narrow, and at 3 seeds the draws end at the seeds' extremes, whose range holds the median only 75% of the "
-        "time); "
+        "time), but never beyond the values the effect can take (a share: 0 to 1); "
         "rates of seeds (the collapse claim) get exact intervals (Clopper-Pearson for a rate, an exact unconditional test inverted for "
         f"the difference of two). **{HELD}** = the whole interval lies on the claim's "
         f"side of its threshold; **{NOT_HELD}** = it lies wholly on the other side; **{INCONCLUSIVE}** = it contains "

@@ -101,9 +101,10 @@ def difference(label: str, a: str, b: str, op: str = ">", threshold: float = 0.0
     return Effect(label, (a, b), lambda x, y: np.subtract(x, y), op, threshold)
 
 
-def mean_of(label: str, a: str, op: str, threshold: float) -> Effect:
-    """The effect mean(a), `op` threshold."""
-    return Effect(label, (a,), lambda x: x, op, threshold)
+def mean_of(label: str, a: str, op: str, threshold: float,
+            bounds: tuple[float, float] = (-math.inf, math.inf)) -> Effect:
+    """The effect mean(a), `op` threshold; `bounds`: the values a can take."""
+    return Effect(label, (a,), lambda x: x, op, threshold, bounds)
 
 
 def group_context(group: str, cfg: ReportConfig) -> Context:

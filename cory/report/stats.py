@@ -80,7 +80,8 @@ def resampled_means(values: np.ndarray, draws: int, rng: np.random.Generator) ->
 
 
 def bootstrap_interval(runs: list[np.ndarray], formula: Callable[..., object], settings: Bootstrap,
-                       constants: tuple[float, ...] = ()) -> Interval:
+                       constants: tuple[float, ...] = (), bounds: tuple[float, float] = (-math.inf, math.inf)
+                       ) -> Interval:
     """The effect `formula(*means of run 0's columns, *means of run 1's columns, ..., *constants)` at the seed means,
     with its percentile interval over seeds drawn per run independently, at the expanded level of the runs' fewest
     seeds (`expanded_alpha`).
@@ -88,7 +89,8 @@ def bootstrap_interval(runs: list[np.ndarray], formula: Callable[..., object], s
     `runs` holds one (seeds, quantities) array per run; `constants` are values without seeds (a base model trained
     once). `formula` must be elementwise (numpy), as it is called once with floats and once with one array per
     quantity holding every draw. The interval's ends are draws themselves (quantiles "lower" and "higher": never
-    narrower than the percentiles), NaN where a run has fewer than 2 seeds or a draw has no value (a ratio 0/0)."""
+    narrower than the percentiles), NaN where a run has fewer than 2 seeds or a draw has no value (a ratio 0/0).
+    Student's widening stops at `bounds`, the values the effect can take (a share: 0 to 1)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         point = float(formula(*(float(x) for v in runs for x in v.mean(axis=0)), *constants))
         if any(v.shape[0] < 2 for v in runs):
@@ -106,7 +108,7 @@ def bootstrap_interval(runs: list[np.ndarray], formula: Callable[..., object], s
     high = float(np.quantile(draws, 1 - alpha / 2, method="higher"))
     if math.isfinite(se):  # no narrower than Student's t, which the draws of a few seeds cannot reach
         half = student_half_width(se, n, settings.confidence)
-        low, high = min(low, point - half), max(high, point + half)
+        low, high = max(min(low, point - half), bounds[0]), min(max(high, point + half), bounds[1])
     return Interval(point, low, high, se)
 
 

@@ -72,6 +72,8 @@ class Effect:
     formula: Callable[..., object]
     op: str
     threshold: float
+    bounds: tuple[float, float] = (-math.inf, math.inf)
+    """The values the effect can take (a share: 0 to 1), where its interval ends at the latest."""
     method = "bootstrap"
 
     def samples(self, claim: Claim) -> tuple[dict[str, np.ndarray], list[int], list[float]]:
@@ -105,7 +107,8 @@ class Effect:
 
         if any(v.shape[0] == 0 for v in arrays.values()) or not all(map(math.isfinite, constants)):
             return Interval(math.nan, math.nan, math.nan), {u: v.shape[0] for u, v in arrays.items()}
-        return (bootstrap_interval(list(arrays.values()), in_reads_order, claim.bootstrap, tuple(constants)),
+        return (bootstrap_interval(list(arrays.values()), in_reads_order, claim.bootstrap, tuple(constants),
+                                   self.bounds),
                 {u: v.shape[0] for u, v in arrays.items()})
 
     def needed(self, claim: Claim, interval: Interval, seeds: dict[str, int]) -> float:
