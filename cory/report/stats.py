@@ -15,7 +15,7 @@ on the bootstrap's standard error (`student_half_width`), which for a mean is th
 get exact intervals instead (Clopper-Pearson for one rate, an exact unconditional test inverted for a difference of
 two): a bootstrap of 3 seeds that all collapsed would give [1, 1].
 
-Everything here is a pure function of numbers; cory.claims turns runs into those numbers.
+Everything here is a pure function of numbers; cory.report.claims turns runs into those numbers.
 """
 
 from __future__ import annotations
