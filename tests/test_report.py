@@ -374,6 +374,7 @@ def test_kl_ratio_verdict_follows_the_fixture_numbers(tmp_path):
     # CORY's resample is seed 2 thrice (KL 10.4) in 1 draw of 27 and seed 0 thrice (4.956) in another, so the draws
     # reach PPO's resampled mean (14.70 to 15.29) over those; Student's t on the draws' spread reaches further
     assert low <= 15.29 / 10.40 and high >= 14.70 / 4.956
+    assert low == 0.0  # Student's interval would reach below 0, where no ratio of two KLs lies
     assert high - claim.results[0].interval.estimate == pytest.approx(
         student_half_width(claim.results[0].interval.se, 3, 0.95))
     assert (f"- **Verdict: inconclusive** (95% intervals; mean final KL of PPO / CORY-LLM1: [{low:.4g}, "

@@ -42,7 +42,7 @@ def imdb_claims(imdb: dict[str, Run], ctx: Context) -> list[Claim]:
     p = t.add("PPO final KL", ppo, final(ppo, "llm1/kl", cfg))
     effects = [Effect(f"mean final KL of PPO / CORY-{x}", (p, t.add(f"CORY-{x} final KL", cory,
                                                                     final(cory, _key(x, "kl"), cfg))),
-                      ratio, ">", cfg.kl_ratio) for x in LLMS]
+                      ratio, ">", cfg.kl_ratio, (0.0, math.inf)) for x in LLMS]  # a KL is >= 0
     claims.append(ctx.claim(
         "imdb_kl_ratio", fig, "PPO's final KL is more than 2x CORY's (Fig. 3b).",
         f"mean final KL of PPO / mean final KL of CORY-LLMx > {cfg.kl_ratio:g}, for LLM1 and LLM2.", t, effects))
