@@ -108,13 +108,14 @@ def test_when_every_minibatch_is_skipped_the_statistics_are_empty_cells_not_nan(
     trainer = Trainer(with_ppo(config(n_agents=1), on_nonfinite="skip"), tiny_lm(), tiny_tokenizer(),
                       good_word_reward)
     agent = trainer.agents[0]
-    real = learner._minibatch_loss
+    real = learner._minibatch_losses
 
     def nan_loss(*args):  # every mini-batch's loss NaN (its statistics too)
-        loss, stats, ratio, _ = real(*args)
-        return loss * float("nan"), {k: v * float("nan") for k, v in stats.items()}, ratio, False
+        losses, stats, ratios, _ = real(*args)
+        return ([loss * float("nan") for loss in losses], [{k: v * float("nan") for k, v in s.items()} for s in stats],
+                ratios, [False] * len(losses))
 
-    monkeypatch.setattr(learner, "_minibatch_loss", nan_loss)
+    monkeypatch.setattr(learner, "_minibatch_losses", nan_loss)
     rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
     exp = learner.make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses))
     stats = learner.ppo_update(agent, exp)

@@ -129,14 +129,14 @@ def test_a_non_finite_loss_is_skipped_not_stepped_on(monkeypatch, on_nonfinite):
     trainer = Trainer(config(n_agents=1), tiny_lm(), tiny_tokenizer(), good_word_reward)
     agent = trainer.agents[0]
     agent.cfg = PPOConfig(**{**agent.cfg.__dict__, "on_nonfinite": on_nonfinite})
-    real = learner._minibatch_loss
+    real = learner._minibatch_losses
 
     def inf_loss(*args):
-        loss, stats, ratio, _ = real(*args)
-        loss = loss * float("inf")
-        return loss, stats, ratio, bool(torch.isfinite(loss))
+        losses, stats, ratios, _ = real(*args)
+        losses = [loss * float("inf") for loss in losses]
+        return losses, stats, ratios, [bool(torch.isfinite(loss)) for loss in losses]
 
-    monkeypatch.setattr(learner, "_minibatch_loss", inf_loss)
+    monkeypatch.setattr(learner, "_minibatch_losses", inf_loss)
     before = [p.detach().clone() for p in agent.lm.parameters()]
     rollout = generate(agent.lm, trainer.tokenizer, QUERIES, agent.cfg.generation, 4)
     exp = make_experience(agent, trainer.ref_lm, rollout, good_word_reward(None, rollout.responses))

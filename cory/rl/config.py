@@ -90,11 +90,21 @@ class SpeedConfig:
     (cory.rl.kernels.RegionalForward). Full fine-tuning only."""
     forward_batch_size: int | None = None
     """Samples per no-grad forward pass when building experience (less memory); null: the whole batch at once."""
+    update_batch_size: int | None = None
+    """Samples per forward/backward pass of the PPO update: several mini-batches of one optimizer step in one pass,
+    each still its own loss (its own masked means, ratio check and statistics), so the step is the same up to float
+    rounding (cory.rl.learner.ppo_update); fewer, larger passes where memory allows. A multiple of
+    ppo.mini_batch_size dividing mini_batch_size x gradient_accumulation_steps; null: one mini-batch per pass."""
+    dequantize_4bit: bool = False
+    """With train.load_in_4bit, also hold the 4-bit base's weights dequantised in bf16 and run every pass on them:
+    the product bitsandbytes computes from the same NF4 weights (up to float rounding), without dequantising every
+    weight at every call; 2 bytes per base weight more memory (13.5 GB for Llama-2-7b; cory.rl.lora)."""
 
     def __post_init__(self) -> None:
         path = section_path("train.ppo.speed")
-        value = self.forward_batch_size
-        check(value is None or value > 0, f"{path}.forward_batch_size", f"must be > 0 or null, got {value}")
+        for name in ("forward_batch_size", "update_batch_size"):
+            value = getattr(self, name)
+            check(value is None or value > 0, f"{path}.{name}", f"must be > 0 or null, got {value}")
         check(self.mixed_precision or not self.bf16_weights, f"{path}.bf16_weights",
               "runs the passes in bf16, which mixed_precision: false turns off; set one of them the other way")
 
@@ -231,6 +241,13 @@ class PPOConfig:
             f"batch_size = {self.batch_size}",
         )
 
+        passes = self.speed.update_batch_size
+        check(
+            passes is None or (passes % self.mini_batch_size == 0 and self.backward_batch_size % passes == 0),
+            f"{path}.speed.update_batch_size",
+            f"must be a multiple of mini_batch_size = {self.mini_batch_size} that divides mini_batch_size x "
+            f"gradient_accumulation_steps = {self.backward_batch_size}, got {passes}",
+        )
         check(
             self.batch_size % self.samples_per_query == 0,
             f"{path}.samples_per_query",
@@ -255,6 +272,11 @@ class PPOConfig:
     @property
     def optimizer_steps_per_epoch(self) -> int:
         return self.batch_size // self.backward_batch_size
+
+    @property
+    def update_pass_size(self) -> int:
+        """Samples per forward/backward pass of the update (speed.update_batch_size, else one mini-batch)."""
+        return self.speed.update_batch_size or self.mini_batch_size
 
 
 @dataclass
@@ -347,6 +369,8 @@ class TrainConfig:
               "copies full fine-tuning's weights only; set it false with train.lora_rank")
         check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",
               "needs lora_rank: 4-bit weights cannot be fine-tuned, only adapters on them")
+        check(not self.ppo.speed.dequantize_4bit or self.load_in_4bit, f"{path}.ppo.speed.dequantize_4bit",
+              "dequantises a 4-bit base only; set it false without train.load_in_4bit")
 
     @property
     def eta(self) -> float:

@@ -100,38 +100,26 @@ def make_experience(
 
 
 def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None = None) -> dict[str, float]:
-    """PPO epochs over shuffled mini-batches, then the KL controller update. Returns the step's statistics."""
+    """PPO epochs over shuffled mini-batches, then the KL controller update. Returns the step's statistics.
+
+    Each optimizer step accumulates `gradient_accumulation_steps` mini-batches, each with its own loss (trl's masked
+    means over the mini-batch). `speed.update_batch_size` runs several of them in one forward/backward pass; their
+    losses, ratio checks and statistics stay per mini-batch, so the step is the same up to float rounding."""
     cfg = agent.cfg
     B = exp.scores.shape[0]
     # trl computes the update's log-probs and values with the same batched_forward_pass, in eval mode: ppo.dropout
     # "trl" (and "none") update without dropout; only "update" drops here.
     agent.activate()
     agent.train(cfg.dropout == "update")
-    skipped = skipped_steps = 0
+    counts = {"skipped": 0, "skipped_steps": 0}
     stats_acc = []
     for epoch in range(cfg.ppo_epochs):
         order = torch.randperm(B, generator=generator)  # on the host: picking a mini-batch waits for no device
         for start in range(0, B, cfg.backward_batch_size):
             backward_idx = order[start : start + cfg.backward_batch_size]
-            for mb_start in range(0, len(backward_idx), cfg.mini_batch_size):
-                idx = backward_idx[mb_start : mb_start + cfg.mini_batch_size]
-                loss, stats, ratio, finite = _minibatch_loss(agent, exp, idx)
-                if not finite and cfg.on_nonfinite == "error":
-                    raise NonFiniteError(f"non-finite PPO loss (policy {stats['policy_loss'].item()}, value "
-                                         f"{stats['value_loss'].item()}) in epoch {epoch}, mini-batch starting at "
-                                         f"{mb_start + start}")
-                if finite:  # a skipped non-finite mini-batch (under skip, also one whose samples were all dropped:
-                    stats_acc.append(stats)  # its masked means are 0/0) is counted below, not averaged in
-                # A runaway mini-batch (mean ratio above the threshold) is skipped: no backward ("skip"), or trl's
-                # `loss * 0.0`, a zero gradient Adam still steps on ("trl"). A non-finite loss is never
-                # backpropagated: times 0 it would still give NaN gradients.
-                if not finite or not ratio <= cfg.ratio_threshold:
-                    skipped += 1
-                    if not finite or cfg.ratio_threshold_mode == "skip":
-                        continue
-                    loss = loss * 0.0
-                (loss / cfg.gradient_accumulation_steps).backward()
-                agent.collect_gradients()  # ppo.speed.bf16_weights: onto the fp32 weights
+            for pass_start in range(0, len(backward_idx), cfg.update_pass_size):
+                rows = backward_idx[pass_start : pass_start + cfg.update_pass_size]
+                _update_pass(agent, exp, rows, epoch, start + pass_start, stats_acc, counts)
             # Clip (if set) and check the gradient in one pass: a non-finite gradient (a kernel's NaN, an overflow)
             # is dropped rather than stepped on, as AMP's GradScaler does, so one bad batch cannot poison the weights.
             norm = torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm or float("inf"))
@@ -142,7 +130,7 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
                 raise NonFiniteError(f"non-finite gradient (norm {norm.item()}) in epoch {epoch}, optimizer step at "
                                      f"sample {start}")
             else:
-                skipped_steps += 1
+                counts["skipped_steps"] += 1
             agent.optimizer.zero_grad(set_to_none=True)
     # One device->host sync for all the mini-batch statistics; None (an empty cell of history.csv, left out of the
     # final means) where every mini-batch was skipped as non-finite.
@@ -153,14 +141,53 @@ def ppo_update(agent: Agent, exp: Experience, generator: torch.Generator | None 
     agent.kl_ctl.update(kl_for_controller, B)
     return {
         **stacked,
-        "skipped_minibatches": float(skipped),
-        "skipped_steps": float(skipped_steps),
+        "skipped_minibatches": float(counts["skipped"]),
+        "skipped_steps": float(counts["skipped_steps"]),
         "kl_coef": agent.kl_ctl.value,
     }
 
 
+def _update_pass(agent: Agent, exp: Experience, rows: torch.Tensor, epoch: int, first: int, stats_acc: list,
+                 counts: dict) -> None:
+    """One forward/backward pass over the mini-batches at `rows` (host indices; `first`: the position of the first
+    in the epoch's order), accumulating their gradients; their statistics go to `stats_acc`, skips to `counts`."""
+    cfg = agent.cfg
+    n = len(rows) // cfg.mini_batch_size
+    losses, stats, ratios, finite = _minibatch_losses(agent, exp, rows, n)
+    if n > 1 and not all(finite):
+        # A non-finite activation in one mini-batch would reach the others' gradients through the shared pass
+        # (0 x NaN): the pass is run again one mini-batch at a time, as without update_batch_size.
+        for i in range(n):
+            part = rows[i * cfg.mini_batch_size : (i + 1) * cfg.mini_batch_size]
+            _update_pass(agent, exp, part, epoch, first + i * cfg.mini_batch_size, stats_acc, counts)
+        return
+    weights = []
+    for i in range(n):
+        if not finite[i] and cfg.on_nonfinite == "error":
+            raise NonFiniteError(f"non-finite PPO loss (policy {stats[i]['policy_loss'].item()}, value "
+                                 f"{stats[i]['value_loss'].item()}) in epoch {epoch}, mini-batch starting at "
+                                 f"{first + i * cfg.mini_batch_size}")
+        if finite[i]:  # a skipped non-finite mini-batch (under skip, also one whose samples were all dropped: its
+            stats_acc.append(stats[i])  # masked means are 0/0) is counted below, not averaged in
+        # A runaway mini-batch (mean ratio above the threshold) is skipped: no gradient ("skip"), or trl's
+        # `loss * 0.0`, a zero gradient Adam still steps on ("trl"). A non-finite loss is never backpropagated: times 0
+        # it would still give NaN gradients.
+        kept = finite[i] and ratios[i] <= cfg.ratio_threshold
+        counts["skipped"] += not kept
+        weights.append(1.0 if kept else 0.0 if finite[i] and cfg.ratio_threshold_mode == "trl" else None)
+    backward = [(w, loss) for w, loss in zip(weights, losses) if w is not None]
+    if not backward:
+        return
+    total = None
+    for w, loss in backward:
+        term = loss if w == 1.0 else loss * 0.0
+        total = term if total is None else total + term
+    (total / cfg.gradient_accumulation_steps).backward()
+    agent.collect_gradients()  # ppo.speed.bf16_weights: onto the fp32 weights
+
+
 MINIBATCH_STATS = ("policy_loss", "value_loss", "policy_clipfrac", "value_clipfrac", "approx_kl")
-"""The statistics each mini-batch's loss reports (`_minibatch_loss`), averaged over the update's mini-batches."""
+"""The statistics each mini-batch's loss reports (`_minibatch_losses`), averaged over the update's mini-batches."""
 
 
 def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
@@ -173,8 +200,9 @@ def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
         raise NonFiniteError(f"non-finite {', '.join(bad)} in the experience (forward passes, scores, GAE)")
 
 
-def _minibatch_loss(agent: Agent, exp: Experience, rows: torch.Tensor):
-    """The PPO loss of the mini-batch at `rows` (a host index), its statistics, its mean ratio, whether it is finite."""
+def _minibatch_losses(agent: Agent, exp: Experience, rows: torch.Tensor, n: int):
+    """One forward pass over `rows` (a host index), `n` consecutive mini-batches of them: per mini-batch its PPO loss,
+    statistics, mean ratio and whether the loss is finite (lists of n)."""
     cfg = agent.cfg
     idx = rows.to(agent.device, non_blocking=True)
     part = exp.rollout.select(rows, on_device=idx)
@@ -182,16 +210,24 @@ def _minibatch_loss(agent: Agent, exp: Experience, rows: torch.Tensor):
     with autocast(agent.device, cfg.speed.autocast):
         logits, values = forward_response(agent.forward_lm, part, agent.value_head)
     logprobs = vocabulary_pass(ppo.token_logprobs, cfg.speed, logits, eager=ppo.logprobs_of)(logits, part.response_ids)
-    pg_loss, pg_stats = ppo.policy_loss(logprobs, exp.logprobs[idx], exp.advantages[idx], mask, cfg.cliprange)
-    vf_loss, vf_stats = ppo.value_loss(values.float(), exp.values[idx], exp.returns[idx], mask, cfg.cliprange_value)
-    loss = pg_loss + cfg.vf_coef * vf_loss
-    stats = {
-        "policy_loss": pg_loss.detach(),
-        "value_loss": vf_loss.detach(),
-        "policy_clipfrac": pg_stats["clipfrac"],
-        "value_clipfrac": vf_stats["clipfrac"],
-        "approx_kl": pg_stats["approx_kl"],
-    }
-    # The ratio check needs the value on the host; it is the one sync per mini-batch TRL also makes.
-    ratio, finite = torch.stack([pg_stats["ratio"].detach(), torch.isfinite(loss.detach()).float()]).tolist()
-    return loss, stats, ratio, finite == 1.0
+    values = values.float()
+    losses, stats, checks = [], [], []
+    size = len(rows) // n
+    for i in range(n):
+        mb, at = slice(i * size, (i + 1) * size), idx[i * size : (i + 1) * size]
+        pg_loss, pg_stats = ppo.policy_loss(logprobs[mb], exp.logprobs[at], exp.advantages[at], mask[mb],
+                                            cfg.cliprange)
+        vf_loss, vf_stats = ppo.value_loss(values[mb], exp.values[at], exp.returns[at], mask[mb], cfg.cliprange_value)
+        loss = pg_loss + cfg.vf_coef * vf_loss
+        losses.append(loss)
+        stats.append({
+            "policy_loss": pg_loss.detach(),
+            "value_loss": vf_loss.detach(),
+            "policy_clipfrac": pg_stats["clipfrac"],
+            "value_clipfrac": vf_stats["clipfrac"],
+            "approx_kl": pg_stats["approx_kl"],
+        })
+        checks += [pg_stats["ratio"].detach(), torch.isfinite(loss.detach()).float()]
+    # The ratio checks need their values on the host: one sync per pass (trl makes one per mini-batch).
+    values_on_host = torch.stack(checks).tolist()
+    return losses, stats, values_on_host[0::2], [f == 1.0 for f in values_on_host[1::2]]
