@@ -24,7 +24,8 @@ from torch import nn
 
 from cory.rl.config import PPOConfig, TrainConfig
 from cory.rl.kernels import bf16_copy, compiled_forward
-from cory.rl.lora import AdaptersDisabled, merged_state_dict, plain_model, with_lora_adapters
+from cory.rl.lora import (AdaptersDisabled, dequantize_4bit_base, merged_state_dict, plain_model,
+                          with_lora_adapters)
 from cory.rl.ppo import AdaptiveKLController, FixedKLController, RunningMoments
 
 
@@ -202,6 +203,8 @@ def build_agents(cfg: TrainConfig, lm) -> tuple[list[Agent], object]:
         copies = [lm] + [copy.deepcopy(lm) for _ in names[1:]]
         return [Agent(n, c, cfg.ppo) for n, c in zip(names, copies)], reference
     shared = with_lora_adapters(lm, names, cfg.lora_rank, cfg.lora_alpha)
+    if cfg.ppo.speed.dequantize_4bit:
+        dequantize_4bit_base(shared)
     return [Agent(n, shared, cfg.ppo, adapter=n) for n in names], AdaptersDisabled(shared)
 
 

@@ -9,6 +9,7 @@ transformers folder.
 from __future__ import annotations
 
 import copy
+import types
 
 import torch
 
@@ -39,6 +40,35 @@ def with_lora_adapters(lm, names: list[str], rank: int, alpha: float):
         model.add_adapter(name, lora_config(rank, alpha))
     model.set_adapter(names[0])
     return model
+
+
+def dequantize_4bit_base(model) -> int:
+    """Run every 4-bit linear layer of `model` on a bf16 copy of its dequantised weight (ppo.speed.dequantize_4bit).
+
+    bitsandbytes computes a 4-bit layer's product as the NF4 weight dequantised to the compute dtype times the input
+    (for large inputs literally so; small ones in a fused kernel): every call of every pass dequantises all 6.5B
+    weights of a 7B model again, a pass that reads and writes them for what one product needs. The copy is made once;
+    the base never changes (the adapters train), so it stays the base the paper trained on, in the dtype bitsandbytes
+    computes in. The layer, its packed weight and its saved state are unchanged (`merged_state_dict` still reads the
+    NF4 weight); the copy is a non-persistent buffer. Returns the bytes the copies hold."""
+    import bitsandbytes as bnb
+
+    held = 0
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit) and not hasattr(module, "dense_weight"):
+            dtype = module.compute_dtype or torch.bfloat16
+            dense = bnb.functional.dequantize_4bit(module.weight.data, module.weight.quant_state).to(dtype)
+            module.register_buffer("dense_weight", dense, persistent=False)
+            module.forward = types.MethodType(_dense_forward, module)
+            held += dense.numel() * dense.element_size()
+    return held
+
+
+def _dense_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """bitsandbytes' Linear4bit.forward with its product taken on the dequantised copy: the input in the compute dtype,
+    the output back in the input's."""
+    bias = None if self.bias is None else self.bias.to(self.dense_weight.dtype)
+    return torch.nn.functional.linear(x.to(self.dense_weight.dtype), self.dense_weight, bias).to(x.dtype)
 
 
 class AdaptersDisabled:
