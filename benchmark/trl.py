@@ -2,7 +2,8 @@
 
     bash benchmark/trl_env.sh /tmp/trl_env           # once: trl 0.11.4 and transformers 4.46 in a folder of their own
     python -m benchmark.trl --trl-env /tmp/trl_env [--shape gpt2-large] [--warmup 2] [--iterations 3]
-                            [--profile paper] [--peak-flops 790e12] [--only trl_fp32 trl_bf16 ppo cory] [--out FILE]
+                            [--profile paper] [--speed KEY=VALUE ...] [--peak-flops 790e12]
+                            [--only trl_fp32 trl_bf16 ppo cory] [--out FILE]
 
 Every side gets the same random-weight GPT-2 (--shape, or --layers/--width/--heads; GPT-2's 50,257-token vocabulary),
 the same GPT-2 tokenizer (the offline vocabulary files), the same 2-8-token IMDB-like queries (benchmark.common) and
@@ -16,7 +17,7 @@ trl 0.11.4's `step` crashes with use_score_scaling=True.
     0.11.4 needs transformers 4.x; torch, accelerate and the rest come from this environment);
   - ppo, cory: cory.rl.trainer.Trainer with one agent and with two, its algorithm settings the trl-equivalent ones
     above (ppo.dropout and ratio_threshold_mode "trl") and its speed settings (train.ppo.speed.* and the sampler's
-    generation.cache / cache_length) the --profile's; each in its own process.
+    generation.cache / cache_length) the --profile's, with --speed's settings over them; each in its own process.
 
 Each side runs --warmup untimed iterations, then --iterations timed ones: seconds per iteration split into generation /
 scoring / update (update: everything after the reward, the experience's forward passes included, on both sides), the
@@ -193,6 +194,14 @@ def run_trl(spec: dict) -> dict:
             "versions": {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__}}
 
 
+def _setting(item: str) -> tuple[str, object]:
+    """KEY=VALUE -> (KEY, VALUE read as YAML: true, 64, regional)."""
+    import yaml
+
+    key, _, value = item.partition("=")
+    return key, yaml.safe_load(value)
+
+
 def ours_config(spec: dict):
     """The TrainConfig of our side: the library's defaults (the paper's Table 1, trl 0.7-0.11's PPO) with the trl
     side's settings, and the profile's speed settings (how the passes and the sampler run, not the algorithm)."""
@@ -205,7 +214,7 @@ def ours_config(spec: dict):
     ppo = {"batch_size": spec["batch"], "mini_batch_size": spec["mini_batch"], "gradient_accumulation_steps": 1,
            "ppo_epochs": spec["epochs"], "kl_penalty": "full", "init_kl_coef": 0.3, "adaptive_kl": True,
            "use_score_scaling": False, "use_score_norm": False, "dropout": "trl", "ratio_threshold_mode": "trl",
-           "speed": profile.get("speed", {}),
+           "speed": {**profile.get("speed", {}), **spec.get("speed", {})},
            "generation": {"response_length": [n, n], "suppress_eos": True, "repetition_penalty": 1.1,
                           **{k: v for k, v in profile.get("generation", {}).items() if k in ("cache", "cache_length")}}}
     return from_dict(TrainConfig, {"seed": spec["seed"], "samples_to_log": 0, "ppo": ppo,
@@ -292,6 +301,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compilation happens here)")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--profile", default="paper", help="whose train.ppo.speed settings our side runs with")
+    parser.add_argument("--speed", action="append", default=[], metavar="KEY=VALUE",
+                        help="a train.ppo.speed setting of our side over the profile's, e.g. compile=regional")
     parser.add_argument("--peak-flops", type=float, default=790e12, help="FLOP/s the MFU is of (bf16 on an H200)")
     parser.add_argument("--only", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--seed", type=int, default=0)
@@ -305,7 +316,8 @@ def main(argv: list[str]) -> int:
     out = args.out or ROOT / f"reports/paper/bench/trl_{name}.json"
     spec = {"layers": layers, "width": width, "heads": heads, "batch": args.batch, "mini_batch": args.mini_batch,
             "epochs": args.epochs, "new_tokens": args.new_tokens, "warmup": args.warmup, "iterations": args.iterations,
-            "profile": args.profile, "seed": args.seed, "queries": queries_of("sentiment", args.batch, args.seed)[0]}
+            "profile": args.profile, "speed": dict(_setting(item) for item in args.speed), "seed": args.seed,
+            "queries": queries_of("sentiment", args.batch, args.seed)[0]}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for side in args.only:

@@ -176,3 +176,40 @@ def test_a_decoder_that_saw_nan_samples_normally_again():
         lm.transformer.ln_f.weight.copy_(weight)
     torch.manual_seed(0)
     assert torch.equal(generate(lm, tiny_tokenizer(), PROMPTS, gen, max_new_tokens=5).response_ids, before)
+
+
+def tiny_llama(strength: float = 2.0):
+    """A tiny Llama (rotary positions, RMS norms, grouped attention: the paper's 7B architecture), EOS made likelier
+    as in `eos_prone_lm`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tiny import WORDS
+
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval()
+    with torch.no_grad():
+        lm.lm_head.weight[0] += strength * lm.lm_head.weight[0] / lm.lm_head.weight[0].norm() ** 2
+    return lm
+
+
+@pytest.mark.parametrize("compile_step", [False, True], ids=["eager step", "compiled step"])
+def test_graph_decoding_of_a_llama_samples_what_generate_samples(compile_step):
+    """The paper's GSM8K architecture: the decoder's step (its 4-D mask, position ids and cache slots) on a Llama
+    samples what `generate` samples, rows ending at different steps, over two calls that reuse the decoder."""
+    from cory.rl.decoding import decoder_for
+
+    lm, tok = tiny_llama(), tiny_tokenizer()
+    gen = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
+    torch.manual_seed(0)
+    dynamic = [generate(lm, tok, PROMPTS, GenerationConfig(repetition_penalty=PENALTY), 9).response_ids.tolist()
+               for _ in range(2)]
+    torch.manual_seed(0)
+    graph = []
+    for _ in range(2):
+        enc = tok(PROMPTS, return_tensors="pt", padding=True)
+        decoder = decoder_for(lm, len(PROMPTS), 64, gen, tok.pad_token_id, tok.eos_token_id, compile_step=compile_step)
+        graph.append(decoder.sample(enc.input_ids, enc.attention_mask, 9, 0, check_every=1).tolist())
+    assert graph == dynamic
+    assert any(0 in row[:-1] for call in dynamic for row in call)  # a row ended before the last step

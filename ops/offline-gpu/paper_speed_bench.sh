@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The paper profile's speed settings measured on a lent GPU machine (docs/scale.md): the Llama-2-7b runs (built there
+# as a stand-in, cory/tasks/standins.py) with the profile's settings and with the fast ones, and the GPT-2 Large shape
+# against trl 0.11.4 (benchmark/trl.py). Every result's JSON is printed into the log, which is what comes back.
+# Calls, back to back (the machine is given back 30 s after a call ends):
+#   1, carry [".whl"]:         bash ops/offline-gpu/device_repro.sh install
+#   2, carry [".gpu_scratch"]: python3 -m pip install -q --no-index --no-deps .gpu_scratch/bitsandbytes-*.whl
+#   3, carry [".trl_whl"]:     bash benchmark/trl_env.sh install .trl_whl /root/trl_env &&
+#        TAG=bench RUN="bash ops/offline-gpu/paper_speed_bench.sh" bash ops/offline-gpu/device_repro.sh start &&
+#        TAG=bench bash ops/offline-gpu/device_repro.sh wait 500
+#   4: TAG=bench bash ops/offline-gpu/device_repro.sh wait 540; TAG=bench bash ops/offline-gpu/device_repro.sh log
+# (.gpu_scratch: `pip download --no-deps --only-binary=:all: --platform manylinux_2_24_x86_64 --python-version 3.12
+# bitsandbytes==0.50.2 -d .gpu_scratch`; .trl_whl: `bash benchmark/trl_env.sh download .trl_whl 3.12`.)
+# PARTS (default "fast gpt2 profile") picks and orders the parts; UB the update's pass size of the fast 7B settings.
+set -uo pipefail
+UB=${UB:-8}
+PARTS=${PARTS:-fast gpt2 profile}
+mkdir -p bench
+show() { echo "=== $1"; cat "$1"; }
+# the paper's 4-bit Llama-2 runs with the speed settings: the NF4 base dequantised once, the update's mini-batches
+# in passes of $UB, the decoding step as one CUDA graph with one cache length for the pioneer's and observer's prompts
+FAST=(--set ppo.speed.dequantize_4bit=true --set "ppo.speed.update_batch_size=$UB" --set ppo.generation.cache=graph
+      --set ppo.generation.cache_length=1024)
+if [[ " $PARTS " == *" fast "* || " $PARTS " == *" profile "* ]]; then
+  python3 -m tools.build_standins standins --only Llama-2-7b-chat-hf --profile paper_standins --offline-data \
+    --device cuda || exit 1
+  python3 -m pipeline.profile paper_standins || exit 1
+fi
+for part in $PARTS; do
+  case $part in
+    fast)
+      python3 -m benchmark.paper --only math/ppo math/cory --warmup 2 --iterations 2 "${FAST[@]}" \
+        --out bench/math_fast.json
+      show bench/math_fast.json ;;
+    gpt2)  # trl's sides and ours at the profile's settings, then ours with every speed setting of full fine-tuning on
+      python3 -m benchmark.trl --trl-env /root/trl_env --shape gpt2-large --warmup 2 --iterations 3 \
+        --out bench/trl_gpt2-large.json
+      show bench/trl_gpt2-large.json
+      python3 -m benchmark.trl --shape gpt2-large --only ppo cory --warmup 2 --iterations 3 --speed bf16_weights=true \
+        --speed compile=regional --speed fused_vocab=true --speed align_head=true --out bench/ours_gpt2-large_fast.json
+      show bench/ours_gpt2-large_fast.json ;;
+    profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
+      python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
+      show bench/math_profile.json ;;
+  esac
+done
