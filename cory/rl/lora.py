@@ -58,6 +58,9 @@ def dequantize_4bit_base(model) -> int:
         if isinstance(module, bnb.nn.Linear4bit) and not hasattr(module, "dense_weight"):
             dtype = module.compute_dtype or torch.bfloat16
             dense = bnb.functional.dequantize_4bit(module.weight.data, module.weight.quant_state).to(dtype)
+            # a buffer's address is fixed for a compiled decoding step's CUDA graph (cory.rl.decoding), which would
+            # otherwise copy every weight into a static input of its own at every replay
+            torch._dynamo.mark_static_address(dense)
             module.register_buffer("dense_weight", dense, persistent=False)
             module.forward = types.MethodType(_dense_forward, module)
             held += dense.numel() * dense.element_size()

@@ -11,16 +11,18 @@
 #   4: TAG=bench bash ops/offline-gpu/device_repro.sh wait 540; TAG=bench bash ops/offline-gpu/device_repro.sh log
 # (.gpu_scratch: `pip download --no-deps --only-binary=:all: --platform manylinux_2_24_x86_64 --python-version 3.12
 # bitsandbytes==0.50.2 -d .gpu_scratch`; .trl_whl: `bash benchmark/trl_env.sh download .trl_whl 3.12`.)
-# PARTS (default "fast gpt2 profile") picks and orders the parts; UB the update's pass size of the fast 7B settings.
+# PARTS (default "fast gpt2 profile") picks and orders the parts; UB the update's pass size of the fast 7B settings;
+# FAST_ARGS more arguments of their benchmark.paper (--profile: one more iteration under the profiler, printed).
 set -uo pipefail
-UB=${UB:-8}
+UB=${UB:-4}
 PARTS=${PARTS:-fast gpt2 profile}
 mkdir -p bench
 show() { echo "=== $1"; cat "$1"; }
 # the paper's 4-bit Llama-2 runs with the speed settings: the NF4 base dequantised once, the update's mini-batches
-# in passes of $UB, the decoding step as one CUDA graph with one cache length for the pioneer's and observer's prompts
-FAST=(--set ppo.speed.dequantize_4bit=true --set "ppo.speed.update_batch_size=$UB" --set ppo.generation.cache=graph
-      --set ppo.generation.cache_length=1024)
+# in passes of $UB, the experience's forward passes in chunks of 8, the decoding step as one CUDA graph with one cache
+# length for the pioneer's and observer's prompts
+FAST=(--set ppo.speed.dequantize_4bit=true --set "ppo.speed.update_batch_size=$UB" --set ppo.speed.forward_batch_size=8
+      --set ppo.generation.cache=graph --set ppo.generation.cache_length=1024)
 if [[ " $PARTS " == *" fast "* || " $PARTS " == *" profile "* ]]; then
   python3 -m tools.build_standins standins --only Llama-2-7b-chat-hf --profile paper_standins --offline-data \
     --device cuda || exit 1
@@ -30,7 +32,7 @@ for part in $PARTS; do
   case $part in
     fast)
       python3 -m benchmark.paper --only math/ppo math/cory --warmup 2 --iterations 2 "${FAST[@]}" \
-        --out bench/math_fast.json
+        ${FAST_ARGS:-} --out bench/math_fast.json
       show bench/math_fast.json ;;
     gpt2)  # trl's sides and ours at the profile's settings, then ours with every speed setting of full fine-tuning on
       python3 -m benchmark.trl --trl-env /root/trl_env --shape gpt2-large --warmup 2 --iterations 3 \
