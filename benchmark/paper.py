@@ -8,7 +8,7 @@ GPU memory, and the projected wall time of the whole profile (docs/scale.md).
     python -m benchmark.paper --combine A.json B.json ... [--out ...]   # merge earlier measurements (no GPU)
 
 For every run of every experiment group of the params (one eta of a sweep stands for all of them: the coefficient
-does not change the cost), it loads the run's base model as its `base_models.<name>.source` names it (a stand-in
+does not change the cost), each in a process of its own, it loads the run's base model as its `base_models.<name>.source` names it (a stand-in
 folder or a hub name; no pipeline stage runs first) and the reward model likewise, builds the run's Trainer with its
 resolved train config, and times `--iterations` iterations after one warm-up iteration on queries of the task's kind
 (IMDB-like word openings; math problems from cory.tasks.mathgen with 1-token gold answers). Random weights rarely end an
@@ -94,6 +94,17 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
             "split": {k: v for k, v in seconds.items() if k != "iteration"},
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "train_iterations": train.iterations}
+
+
+def measure_apart(*args) -> dict:
+    """`measure(*args)` in a process of its own, so that each run starts on an empty GPU: a run's compiled decoding
+    steps (and their CUDA graphs' memory pools) keep its model alive in the process that ran it, which ran the 7B CORY
+    run out of an 80 GB GPU after the 7B PPO run in one process, where alone it takes 66 GiB (docs/scale.md)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(measure, *args).result()
 
 
 def cost_fields(model: str, train) -> dict:
@@ -192,7 +203,8 @@ def main(argv: list[str]) -> None:
     for group, run, job in chosen:
         start = time.perf_counter()
         try:
-            r = runs[f"{group}/{run}"] = measure(job, params, args.iterations, overrides, device, args.profile, args.warmup)
+            r = runs[f"{group}/{run}"] = measure_apart(job, params, args.iterations, overrides, device, args.profile,
+                                                       args.warmup)
         except Exception as error:  # one run that cannot run (memory, a missing package) must not hide the others
             runs[f"{group}/{run}"] = {"model": source_of(params, job.model), "error": f"{type(error).__name__}: {error}"}
             print(f"bench_paper: {group}/{run} failed: {type(error).__name__}: {error}", flush=True)
@@ -202,8 +214,6 @@ def main(argv: list[str]) -> None:
                   f"({', '.join(f'{k} {v:.2f}' for k, v in r['split'].items())}){peak}; "
                   f"{r['params_total']:,} params, {r['params_trainable']:,} trainable "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
-        if device == "cuda":
-            torch.cuda.empty_cache()
         measured = {key: value for key, value in runs.items() if "error" not in value}
         result = {"profile": params.profile, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                   "overrides": args.set, "runs": runs, "projection": projection(params, measured),

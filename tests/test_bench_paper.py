@@ -26,7 +26,8 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     path, params = standin_params
     monkeypatch.setenv("CORY_PARAMS", str(path))
     out = tmp_path / "scale.json"
-    small = ["load_in_4bit=false", "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.gradient_accumulation_steps=1",
+    small = ["load_in_4bit=false", "ppo.speed.dequantize_4bit=false", "ppo.speed.update_batch_size=null",
+             "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.gradient_accumulation_steps=1",
              "ppo.speed.forward_batch_size=null", "ppo.generation.response_length=[4, 6]"]
     bench_paper.main(["--iterations", "1", "--only", "imdb/ppo", "math/cory", "--out", str(out),
                       *[arg for item in small for arg in ("--set", item)]])

@@ -10,6 +10,7 @@ python3 -m tools.build_standins standins --profile paper_standins --offline-data
 python3 -m pipeline.profile paper_standins || exit 1
 python3 -m benchmark.paper --iterations "$iterations"
 python3 - <<'PY' && python3 -m benchmark.paper --iterations "$iterations" --set load_in_4bit=false \
+    --set ppo.speed.dequantize_4bit=false \
     --only math/ppo math/cory --out reports/paper_standins/scale_bf16.json
 import json, sys
 runs = json.load(open("reports/paper_standins/scale.json"))["runs"]
