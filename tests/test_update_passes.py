@@ -8,6 +8,7 @@ import torch
 from cory.rl.agents import Agent
 from cory.rl.config import PPOConfig, SpeedConfig
 from cory.rl.learner import make_experience, ppo_update
+from cory.rl.lora import AdaptersDisabled
 from cory.schema import ConfigError
 
 from test_trainer import fixed_rollout
@@ -25,27 +26,47 @@ def uneven_rollout():
     return rollout
 
 
-def one_step(update_batch_size, sgd=False, **ppo):
-    """One PPO step of a fresh agent (mini-batches of 2, 4 accumulated: 2 optimizer steps per epoch, 4 epochs).
-    `sgd`: plain SGD instead of Adam, whose normalisation turns a gradient's rounding near 0 into a step of lr."""
+def tiny_llama_with_adapters():
+    """The paper's 7B setting in miniature: a tiny Llama with one LoRA adapter (r 4) per agent, the base frozen."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from cory.rl.lora import with_lora_adapters
+    from tiny import WORDS
+
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+    model = with_lora_adapters(lm, ["llm1", "llm2"], 4, 8.0)
+    with torch.no_grad():  # non-zero B matrices: peft starts them at zero
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    return model
+
+
+def one_step(update_batch_size, sgd=False, llama=False, **ppo):
+    """One PPO step of a fresh agent (mini-batches of 2, 4 accumulated: 2 optimizer steps per epoch, 4 epochs), on
+    the tiny GPT-2 or (`llama`) on a LoRA adapter of a tiny Llama. `sgd`: plain SGD instead of Adam, whose
+    normalisation turns a gradient's rounding near 0 into a step of lr."""
     torch.manual_seed(0)
     cfg = PPOConfig(learning_rate=1e-3, batch_size=16, mini_batch_size=2, gradient_accumulation_steps=4,
                     dropout="none", speed=SpeedConfig(update_batch_size=update_batch_size), **ppo)
-    agent = Agent("llm1", tiny_lm(), cfg)
+    agent = Agent("llm1", tiny_llama_with_adapters(), cfg, adapter="llm1") if llama else Agent("llm1", tiny_lm(), cfg)
     if sgd:
         agent.optimizer = torch.optim.SGD(agent.parameters(), lr=0.1)
+    agent.initial = [p.detach().clone() for p in agent.parameters()]
     rollout = uneven_rollout()
-    exp = make_experience(agent, tiny_lm(seed=1), rollout, SCORES)
+    reference = AdaptersDisabled(agent.lm) if llama else tiny_lm(seed=1)
+    exp = make_experience(agent, reference, rollout, SCORES)
     stats = ppo_update(agent, exp, generator=torch.Generator().manual_seed(0))
     return agent, stats
 
 
+@pytest.mark.parametrize("llama", [False, True], ids=["gpt2", "llama lora"])
 @pytest.mark.parametrize("update_batch_size", [4, 8])
-def test_larger_passes_take_the_same_optimizer_steps(update_batch_size):
-    one, stats_one = one_step(None, sgd=True)
-    fused, stats_fused = one_step(update_batch_size, sgd=True)
-    moved = [not torch.equal(a, b) for a, b in zip(one.parameters(), Agent("x", tiny_lm(), one.cfg).parameters())]
-    assert any(moved)  # the step did something
+def test_larger_passes_take_the_same_optimizer_steps(update_batch_size, llama):
+    one, stats_one = one_step(None, sgd=True, llama=llama)
+    fused, stats_fused = one_step(update_batch_size, sgd=True, llama=llama)
+    assert any(not torch.equal(a, b) for a, b in zip(one.parameters(), one.initial))  # the step moved them
     for a, b in zip(one.parameters(), fused.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # The clip fractions count tokens: one whose clipped and unclipped values agree up to rounding (trl's strict >)

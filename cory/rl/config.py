@@ -98,7 +98,7 @@ class SpeedConfig:
     dequantize_4bit: bool = False
     """With train.load_in_4bit, also hold the 4-bit base's weights dequantised in bf16 and run every pass on them:
     the product bitsandbytes computes from the same NF4 weights (up to float rounding), without dequantising every
-    weight at every call; 2 bytes per base weight more memory (13.5 GB for Llama-2-7b; cory.rl.lora)."""
+    weight at every call; 2 bytes more per quantised weight (13.0 GB for Llama-2-7b; cory.rl.lora)."""
 
     def __post_init__(self) -> None:
         path = section_path("train.ppo.speed")
