@@ -102,25 +102,32 @@ def test_short_chunks_are_sampled_at_the_batch_size_with_copies_of_their_last_pr
     assert {key[0] for key in kept} == {8}
 
 
+def generate_and_decoder(lm, compile_step: bool) -> tuple[list, list]:
+    """Two calls' responses from `generate` and, from the same seed, from the model's kept decoder (reused by the
+    second call), with the test's repetition penalty and 9 new tokens."""
+    from cory.rl.decoding import decoder_for
+
+    tok = tiny_tokenizer()
+    gen = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
+    torch.manual_seed(0)
+    dynamic = [generate(lm, tok, PROMPTS, GenerationConfig(repetition_penalty=PENALTY), 9).response_ids.tolist()
+               for _ in range(2)]
+    torch.manual_seed(0)
+    graph = []
+    for _ in range(2):
+        enc = tok(PROMPTS, return_tensors="pt", padding=True)
+        decoder = decoder_for(lm, len(PROMPTS), 64, gen, tok.pad_token_id, tok.eos_token_id, compile_step=compile_step)
+        graph.append(decoder.sample(enc.input_ids, enc.attention_mask, 9, 0, check_every=1).tolist())
+    return dynamic, graph
+
+
 def test_the_compiled_step_samples_what_generate_samples():
     """On a GPU the step is compiled into a CUDA graph; here the same compilation runs on the CPU (inductor's default
     mode), with EOS likely enough that rows end at different steps, over two calls that reuse the decoder."""
     from torch._dynamo.utils import counters
 
-    from cory.rl.decoding import decoder_for
-
-    lm, tok = eos_prone_lm(2.0), tiny_tokenizer()
-    gen = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
-    torch.manual_seed(0)
-    dynamic = [generate(lm, tok, PROMPTS, GenerationConfig(repetition_penalty=PENALTY), 9).response_ids.tolist()
-               for _ in range(2)]
     counters.clear()
-    torch.manual_seed(0)
-    compiled = []
-    for _ in range(2):
-        enc = tok(PROMPTS, return_tensors="pt", padding=True)
-        decoder = decoder_for(lm, len(PROMPTS), 64, gen, tok.pad_token_id, tok.eos_token_id, compile_step=True)
-        compiled.append(decoder.sample(enc.input_ids, enc.attention_mask, 9, 0, check_every=1).tolist())
+    dynamic, compiled = generate_and_decoder(eos_prone_lm(2.0), compile_step=True)
     assert compiled == dynamic
     assert counters["stats"]["unique_graphs"] >= 1  # the step did run compiled
 
@@ -198,18 +205,6 @@ def tiny_llama(strength: float = 2.0):
 def test_graph_decoding_of_a_llama_samples_what_generate_samples(compile_step):
     """The paper's GSM8K architecture: the decoder's step (its 4-D mask, position ids and cache slots) on a Llama
     samples what `generate` samples, rows ending at different steps, over two calls that reuse the decoder."""
-    from cory.rl.decoding import decoder_for
-
-    lm, tok = tiny_llama(), tiny_tokenizer()
-    gen = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
-    torch.manual_seed(0)
-    dynamic = [generate(lm, tok, PROMPTS, GenerationConfig(repetition_penalty=PENALTY), 9).response_ids.tolist()
-               for _ in range(2)]
-    torch.manual_seed(0)
-    graph = []
-    for _ in range(2):
-        enc = tok(PROMPTS, return_tensors="pt", padding=True)
-        decoder = decoder_for(lm, len(PROMPTS), 64, gen, tok.pad_token_id, tok.eos_token_id, compile_step=compile_step)
-        graph.append(decoder.sample(enc.input_ids, enc.attention_mask, 9, 0, check_every=1).tolist())
+    dynamic, graph = generate_and_decoder(tiny_llama(), compile_step)
     assert graph == dynamic
     assert any(0 in row[:-1] for call in dynamic for row in call)  # a row ended before the last step
