@@ -11,8 +11,9 @@
 #   4: TAG=bench bash ops/offline-gpu/device_repro.sh wait 540; TAG=bench bash ops/offline-gpu/device_repro.sh log
 # (.gpu_scratch: `pip download --no-deps --only-binary=:all: --platform manylinux_2_24_x86_64 --python-version 3.12
 # bitsandbytes==0.50.2 -d .gpu_scratch`; .trl_whl: `bash benchmark/trl_env.sh download .trl_whl 3.12`.)
-# PARTS (default "fast gpt2 profile") picks and orders the parts; UB the update's pass size of the fast 7B settings;
-# FAST_ARGS more arguments of their benchmark.paper (--profile: one more iteration under the profiler, printed).
+# PARTS (default "fast gpt2 profile") picks and orders the parts ("trace": the fast 7B PPO run once more, with one
+# iteration under torch.profiler, its top kernels and host operators printed); UB the update's pass size of the fast
+# 7B settings; FAST_ARGS more arguments of their benchmark.paper.
 set -uo pipefail
 UB=${UB:-4}
 PARTS=${PARTS:-fast gpt2 profile}
@@ -23,7 +24,7 @@ show() { echo "=== $1"; cat "$1"; }
 # length for the pioneer's and observer's prompts
 FAST=(--set ppo.speed.dequantize_4bit=true --set "ppo.speed.update_batch_size=$UB" --set ppo.speed.forward_batch_size=8
       --set ppo.generation.cache=graph --set ppo.generation.cache_length=1024)
-if [[ " $PARTS " == *" fast "* || " $PARTS " == *" profile "* ]]; then
+if [[ " $PARTS " == *" fast "* || " $PARTS " == *" profile "* || " $PARTS " == *" trace "* ]]; then
   python3 -m tools.build_standins standins --only Llama-2-7b-chat-hf --profile paper_standins --offline-data \
     --device cuda || exit 1
   python3 -m pipeline.profile paper_standins || exit 1
@@ -41,6 +42,9 @@ for part in $PARTS; do
       python3 -m benchmark.trl --shape gpt2-large --only ppo cory --warmup 2 --iterations 3 --speed bf16_weights=true \
         --speed compile=regional --speed fused_vocab=true --speed align_head=true --out bench/ours_gpt2-large_fast.json
       show bench/ours_gpt2-large_fast.json ;;
+    trace)
+      python3 -m benchmark.paper --only math/ppo --warmup 2 --iterations 1 "${FAST[@]}" --profile \
+        --out bench/math_trace.json ;;
     profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
       python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
       show bench/math_profile.json ;;
