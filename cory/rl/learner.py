@@ -161,7 +161,7 @@ def _update_pass(agent: Agent, exp: Experience, rows: torch.Tensor, epoch: int, 
             part = rows[i * cfg.mini_batch_size : (i + 1) * cfg.mini_batch_size]
             _update_pass(agent, exp, part, epoch, first + i * cfg.mini_batch_size, stats_acc, counts)
         return
-    weights = []
+    terms = []  # what each mini-batch adds to the pass's loss
     for i in range(n):
         if not finite[i] and cfg.on_nonfinite == "error":
             raise NonFiniteError(f"non-finite PPO loss (policy {stats[i]['policy_loss'].item()}, value "
@@ -174,14 +174,15 @@ def _update_pass(agent: Agent, exp: Experience, rows: torch.Tensor, epoch: int, 
         # it would still give NaN gradients.
         kept = finite[i] and ratios[i] <= cfg.ratio_threshold
         counts["skipped"] += not kept
-        weights.append(1.0 if kept else 0.0 if finite[i] and cfg.ratio_threshold_mode == "trl" else None)
-    backward = [(w, loss) for w, loss in zip(weights, losses) if w is not None]
-    if not backward:
+        if kept:
+            terms.append(losses[i])
+        elif finite[i] and cfg.ratio_threshold_mode == "trl":
+            terms.append(losses[i] * 0.0)
+    if not terms:
         return
-    total = None
-    for w, loss in backward:
-        term = loss if w == 1.0 else loss * 0.0
-        total = term if total is None else total + term
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
     (total / cfg.gradient_accumulation_steps).backward()
     agent.collect_gradients()  # ppo.speed.bf16_weights: onto the fp32 weights
 
