@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark.common import queries_of
+from benchmark.common import queries_of, set_dotted
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 50257  # GPT-2's
@@ -194,14 +194,6 @@ def run_trl(spec: dict) -> dict:
             "versions": {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__}}
 
 
-def _setting(item: str) -> tuple[str, object]:
-    """KEY=VALUE -> (KEY, VALUE read as YAML: true, 64, regional)."""
-    import yaml
-
-    key, _, value = item.partition("=")
-    return key, yaml.safe_load(value)
-
-
 def ours_config(spec: dict):
     """The TrainConfig of our side: the library's defaults (the paper's Table 1, trl 0.7-0.11's PPO) with the trl
     side's settings, and the profile's speed settings (how the passes and the sampler run, not the algorithm)."""
@@ -314,9 +306,12 @@ def main(argv: list[str]) -> int:
                             args.heads or SHAPES[args.shape][2])
     name = args.shape if (layers, width, heads) == SHAPES[args.shape] else f"L{layers}_d{width}_h{heads}"
     out = args.out or ROOT / f"reports/paper/bench/trl_{name}.json"
+    speed: dict = {}
+    for item in args.speed:  # KEY=VALUE, the value read as YAML
+        set_dotted(speed, item)
     spec = {"layers": layers, "width": width, "heads": heads, "batch": args.batch, "mini_batch": args.mini_batch,
             "epochs": args.epochs, "new_tokens": args.new_tokens, "warmup": args.warmup, "iterations": args.iterations,
-            "profile": args.profile, "speed": dict(_setting(item) for item in args.speed), "seed": args.seed,
+            "profile": args.profile, "speed": speed, "seed": args.seed,
             "queries": queries_of("sentiment", args.batch, args.seed)[0]}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,7 @@ from cory.rl.config import GenerationConfig
 from cory.rl.decoding import cache_shapes
 from cory.rl.rollout import generate
 
-from tiny import tiny_lm, tiny_tokenizer
+from tiny import tiny_llama, tiny_lm, tiny_tokenizer
 
 # transformers < 5.23 penalised the prompt's left padding (the pad token) in `generate`; cory.rl.decoding leaves it out, as
 # `generate` does since: there the two agree only without a repetition penalty.
@@ -185,17 +185,9 @@ def test_a_decoder_that_saw_nan_samples_normally_again():
     assert torch.equal(generate(lm, tiny_tokenizer(), PROMPTS, gen, max_new_tokens=5).response_ids, before)
 
 
-def tiny_llama(strength: float = 2.0):
-    """A tiny Llama (rotary positions, RMS norms, grouped attention: the paper's 7B architecture), EOS made likelier
-    as in `eos_prone_lm`."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from tiny import WORDS
-
-    torch.manual_seed(0)
-    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval()
+def eos_prone_llama(strength: float = 2.0):
+    """The tiny Llama with EOS made likelier, as in `eos_prone_lm`."""
+    lm = tiny_llama()
     with torch.no_grad():
         lm.lm_head.weight[0] += strength * lm.lm_head.weight[0] / lm.lm_head.weight[0].norm() ** 2
     return lm
@@ -205,6 +197,6 @@ def tiny_llama(strength: float = 2.0):
 def test_graph_decoding_of_a_llama_samples_what_generate_samples(compile_step):
     """The paper's GSM8K architecture: the decoder's step (its 4-D mask, position ids and cache slots) on a Llama
     samples what `generate` samples, rows ending at different steps, over two calls that reuse the decoder."""
-    dynamic, graph = generate_and_decoder(tiny_llama(), compile_step)
+    dynamic, graph = generate_and_decoder(eos_prone_llama(), compile_step)
     assert graph == dynamic
     assert any(0 in row[:-1] for call in dynamic for row in call)  # a row ended before the last step

@@ -291,14 +291,11 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def tiny_nf4_llama(folder):
     """A factory of Trainers (seed, dequantize_4bit) on a tiny Llama saved in `folder`, loaded in NF4 as load_lm
     does, minus its GPU check (bitsandbytes 0.50 also runs on CPU), with two adapters and role exchange every 2."""
-    from transformers import BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import BitsAndBytesConfig
 
-    from tiny import WORDS
+    from tiny import tiny_llama
 
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                                 bos_token_id=0, eos_token_id=0, pad_token_id=0)).save_pretrained(folder)
+    tiny_llama(hidden_size=64, intermediate_size=128, num_attention_heads=2).save_pretrained(folder)
     nf4 = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
 
     def trainer(seed, dequantize_4bit=False):
@@ -319,7 +316,7 @@ def test_a_dequantized_4bit_base_computes_what_bitsandbytes_computes(tmp_path):
     """ppo.speed.dequantize_4bit: the layers run on bf16 copies of the dequantised NF4 weights; the logits and the
     adapters' gradients are bitsandbytes' own (up to float rounding on a GPU), the packed 4-bit weights (what a save
     merges) stay as they were, and a run with the option trains both adapters on the copies."""
-    pytest.importorskip("bitsandbytes")
+    bnb = pytest.importorskip("bitsandbytes")
     from cory.rl.lora import dequantize_4bit_base
 
     trainer = tiny_nf4_llama(tmp_path / "base")
@@ -356,8 +353,6 @@ def test_a_dequantized_4bit_base_computes_what_bitsandbytes_computes(tmp_path):
     # the option builds the copies for a run, whose iterations then sample, score and step both adapters on them
     # (whole iterations are not compared: a float difference flips a draw of the tiny model's sampler)
     run = trainer(0, dequantize_4bit=True)
-    import bitsandbytes as bnb
-
     layers = [m for m in run.agents[0].lm.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert len(layers) == 14 and all(hasattr(m, "dense_weight") for m in layers)
     before = [p.detach().clone() for agent in run.agents for p in agent.lm_weights().values()]
@@ -374,7 +369,6 @@ def test_a_4bit_base_trains_saves_and_resumes_per_adapter(tmp_path):
     CI)."""
     pytest.importorskip("bitsandbytes")
     trainer = tiny_nf4_llama(tmp_path / "base")
-    device = DEVICE
 
     run = trainer(0)
     shared = run.agents[0].lm
@@ -396,7 +390,7 @@ def test_a_4bit_base_trains_saves_and_resumes_per_adapter(tmp_path):
 
     randomise_adapters(run)
     rollout = fixed_rollout()
-    rollout = dataclasses.replace(rollout, **{k: v.to(device) for k, v in vars(rollout).items() if torch.is_tensor(v)})
+    rollout = dataclasses.replace(rollout, **{k: v.to(DEVICE) for k, v in vars(rollout).items() if torch.is_tensor(v)})
     adapted = [logits_of(agent, rollout).float() for agent in run.agents]
     with torch.no_grad():
         reference = forward_response(run.ref_lm, rollout)[0]
@@ -404,7 +398,7 @@ def test_a_4bit_base_trains_saves_and_resumes_per_adapter(tmp_path):
     assert torch.equal(logits_of(run.agents[1], rollout), adapted[1].to(reference.dtype))
     with torch.no_grad():
         assert torch.equal(forward_response(run.ref_lm, rollout)[0], reference)
-    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "llm1").to(device)
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "llm1").to(DEVICE)
     assert type(plain).__name__ == "LlamaForCausalLM" and not hasattr(plain.config, "quantization_config")
     assert not any(type(p).__name__ == "Params4bit" for p in plain.parameters())
     with torch.no_grad():

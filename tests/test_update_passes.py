@@ -12,7 +12,7 @@ from cory.rl.lora import AdaptersDisabled
 from cory.schema import ConfigError
 
 from test_trainer import fixed_rollout
-from tiny import tiny_lm
+from tiny import tiny_llama, tiny_lm
 
 SCORES = torch.tensor([1.0, 0.0, -1.0, 0.5, 0.25, -0.5, 2.0, 0.0, 0.3, -0.2, 1.5, 0.1, -1.0, 0.7, 0.0, 0.4])
 
@@ -28,14 +28,9 @@ def uneven_rollout():
 
 def tiny_llama_with_adapters():
     """The paper's 7B setting in miniature: a tiny Llama with one LoRA adapter (r 4) per agent, the base frozen."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from cory.rl.lora import with_lora_adapters
-    from tiny import WORDS
 
-    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
-    model = with_lora_adapters(lm, ["llm1", "llm2"], 4, 8.0)
+    model = with_lora_adapters(tiny_llama(), ["llm1", "llm2"], 4, 8.0)
     with torch.no_grad():  # non-zero B matrices: peft starts them at zero
         for name, p in model.named_parameters():
             if "lora_B" in name:

@@ -2,7 +2,7 @@
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 WORDS = ["<eos>", "<unk>", "good", "bad", "the", "movie", "was", "a", "film", "is", "very", "not", "and", "plot"]
 
@@ -23,6 +23,16 @@ def tiny_lm(seed: int = 0, n_layer: int = 2, n_embd: int = 32, dropout: float = 
         eos_token_id=0, pad_token_id=0, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
     )
     return GPT2LMHeadModel(config).eval()
+
+
+def tiny_llama(seed: int = 0, **config) -> LlamaForCausalLM:
+    """A tiny Llama (rotary positions, RMS norms, grouped attention: the paper's 7B architecture) on the tiny
+    vocabulary, EOS and padding id 0 as `tiny_lm`; `config` overrides its LlamaConfig."""
+    torch.manual_seed(seed)
+    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 max_position_embeddings=64)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), bos_token_id=0, eos_token_id=0, pad_token_id=0,
+                                        **{**sizes, **config})).eval()
 
 
 def good_word_reward(queries, responses, answers=None) -> torch.Tensor:

@@ -152,8 +152,8 @@ def _update_pass(agent: Agent, exp: Experience, rows: torch.Tensor, epoch: int, 
     """One forward/backward pass over the mini-batches at `rows` (host indices; `first`: the position of the first
     in the epoch's order), accumulating their gradients; their statistics go to `stats_acc`, skips to `counts`."""
     cfg = agent.cfg
-    n = len(rows) // cfg.mini_batch_size
-    losses, stats, ratios, finite = _minibatch_losses(agent, exp, rows, n)
+    losses, stats, ratios, finite = _minibatch_losses(agent, exp, rows)
+    n = len(losses)
     if n > 1 and not all(finite):
         # A non-finite activation in one mini-batch would reach the others' gradients through the shared pass
         # (0 x NaN): the pass is run again one mini-batch at a time, as without update_batch_size.
@@ -201,9 +201,9 @@ def _check_finite(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
         raise NonFiniteError(f"non-finite {', '.join(bad)} in the experience (forward passes, scores, GAE)")
 
 
-def _minibatch_losses(agent: Agent, exp: Experience, rows: torch.Tensor, n: int):
-    """One forward pass over `rows` (a host index), `n` consecutive mini-batches of them: per mini-batch its PPO loss,
-    statistics, mean ratio and whether the loss is finite (lists of n)."""
+def _minibatch_losses(agent: Agent, exp: Experience, rows: torch.Tensor):
+    """One forward pass over `rows` (a host index), consecutive mini-batches of ppo.mini_batch_size: per mini-batch its
+    PPO loss, statistics, mean ratio and whether the loss is finite (lists, one entry per mini-batch)."""
     cfg = agent.cfg
     idx = rows.to(agent.device, non_blocking=True)
     part = exp.rollout.select(rows, on_device=idx)
@@ -213,9 +213,9 @@ def _minibatch_losses(agent: Agent, exp: Experience, rows: torch.Tensor, n: int)
     logprobs = vocabulary_pass(ppo.token_logprobs, cfg.speed, logits, eager=ppo.logprobs_of)(logits, part.response_ids)
     values = values.float()
     losses, stats, checks = [], [], []
-    size = len(rows) // n
-    for i in range(n):
-        mb, at = slice(i * size, (i + 1) * size), idx[i * size : (i + 1) * size]
+    size = cfg.mini_batch_size
+    for start in range(0, len(rows), size):
+        mb, at = slice(start, start + size), idx[start : start + size]
         pg_loss, pg_stats = ppo.policy_loss(logprobs[mb], exp.logprobs[at], exp.advantages[at], mask[mb],
                                             cfg.cliprange)
         vf_loss, vf_stats = ppo.value_loss(values[mb], exp.values[at], exp.returns[at], mask[mb], cfg.cliprange_value)
