@@ -1,12 +1,20 @@
 """Benchmark: one sampling call of a run's pioneer, with each way of decoding, side by side in one process.
 
-    python -m benchmark.decode [--group math] [--run cory] [--calls 10] [--warmup 3]     (from the project root)
+    python -m benchmark.decode [--group math] [--run cory] [--calls 10] [--warmup 3] [--kernels N]
+                               [--rows dynamic static graph default-attention] [--cache-lengths 0 1024]
+                               [--adapters-off] [--set ppo.KEY=VALUE ...]        (from the project root)
 
-Builds the profile's run on random weights of its shapes (as benchmark/rl.py does), formats its pioneer prompts
-(the batch of one iteration) and times `cory.rl.rollout.generate` for its response length with
-`generate` and a dynamic cache, `generate` and a static cache (transformers compiles its forward pass), and
-`cache: graph` (cory.rl.decoding, the whole step as one CUDA graph) with and without its cuDNN attention preference, printing seconds per call (after `--warmup` calls, which hold any compilation), the GPU-busy time of one profiled
-call (the sum of its kernels) and its kernel launches (with --kernels N, the N busiest kernels). Nothing is written. It needs a GPU to say anything useful.
+A run whose base model is trained by the pipeline is built on random weights of its shapes (as benchmark/rl.py does);
+one whose base model has a `source` (a large profile's stand-in or hub model) is loaded from it and its Trainer built
+as benchmark/paper.py does (LoRA adapters, a 4-bit base and its speed settings included), and its first agent samples.
+The pioneer prompts of one iteration are timed through `cory.rl.rollout.generate` for the run's response length with
+each row: `generate` and a dynamic cache, `generate` and a static cache (transformers compiles its forward pass), and
+`cache: graph` (cory.rl.decoding, the whole step as one CUDA graph) with and without its cuDNN attention preference,
+once per `--cache-lengths` value (generation.cache_length: 0 is the prompt + response rounded up to 64 tokens), and
+with `--adapters-off` once more with the LoRA adapters switched off (their share of a step). It prints seconds per
+call and per decoding step (after `--warmup` calls, which hold any compilation), the GPU-busy time of one profiled call
+(the sum of its kernels) and its kernel launches (with --kernels N, the N busiest kernels). Nothing is written. It
+needs a GPU to say anything useful.
 """
 
 from __future__ import annotations
@@ -20,13 +28,41 @@ from dataclasses import replace
 from pathlib import Path
 
 
+ROWS = ("dynamic", "static", "graph", "default-attention")
+
+
+def pioneer(group: str, run: str, overrides: dict, work: Path):
+    """(train config, the LM its first agent samples with, tokenizer, queries) of one run of the params."""
+    from benchmark.common import queries_of, with_settings
+    from benchmark.paper import load_run
+    from benchmark.rl import build
+    from pipeline.common import device
+    from pipeline.params import load_params
+    from pipeline.sections import SCRATCH
+
+    params = load_params()  # params.yaml, or $CORY_PARAMS
+    job = min((j for j in params.jobs[group] if j.run == run), key=lambda j: j.seed != 0)  # seed 0 where it runs
+    if params.base_models[job.model].source == SCRATCH:  # pretrained by the pipeline: random weights of its shapes
+        cfg, lm, tokenizer, _, queries, _ = build(group, run, work)
+        cfg = with_settings(cfg, overrides)
+        if cfg.ppo.speed.bf16_weights:
+            from cory.rl.kernels import bf16_copy
+
+            lm = bf16_copy(lm)  # the agents sample on their bf16 copies, without autocast
+        return cfg, lm, tokenizer, queries
+    trainer, _ = load_run(job, params, overrides, device())
+    agent = trainer.agents[0]
+    agent.activate()
+    return trainer.cfg, agent.compute_lm, trainer.tokenizer, queries_of(job.task.reward,
+                                                                         trainer.cfg.ppo.queries_per_batch)[0]
+
+
 def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from benchmark.common import set_dotted
     from cory.rl import decoding, kernels, rollout
-    from cory.rl.kernels import bf16_copy
-    from benchmark.rl import build
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--group", default="math")
@@ -34,15 +70,24 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--kernels", type=int, default=0, help="also print the profiled call's N busiest kernels")
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS),
+                        help="the ways of decoding to time (default: all; graph runs twice, first and last)")
+    parser.add_argument("--cache-lengths", nargs="+", type=int, default=None,
+                        help="the graph rows once per generation.cache_length (default: the run's own)")
+    parser.add_argument("--adapters-off", action="store_true",
+                        help="one more graph row with the LoRA adapters switched off (a run with adapters)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a train setting over the run's own, e.g. ppo.generation.cache_length=1024")
     args = parser.parse_args()
+    overrides = {}
+    for item in args.set:
+        set_dotted(overrides, item)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg, lm, tokenizer, _, queries, _ = build(args.group, args.run, Path(tmp))
+        cfg, lm, tokenizer, queries = pioneer(args.group, args.run, overrides, Path(tmp))
     gen = cfg.ppo.generation
     k = cfg.ppo.samples_per_query  # the trainer samples each query k times: the batch of one iteration
     prompts = [cfg.prompt_template.format(query=q) for q in queries for _ in range(k)]
     max_new = gen.response_length[1]
-    if cfg.ppo.speed.bf16_weights:
-        lm = bf16_copy(lm)  # the agents sample on their bf16 copies, without autocast
     device = next(lm.parameters()).device
     kernels.configure_gpu_for_rl(device)  # as the train stage's processes: no cuDNN attention outside the decoding step
 
@@ -58,19 +103,33 @@ def main() -> None:
     # row would get an earlier row's compiled step, kernel and all (in an H100 call of commit c31137c, with the caches
     # on, the row without the preference ran cuDNN's kernel too).
     prefer_cudnn = decoding.decoding_attention
-    rows = [("dynamic", None), ("static", None), ("graph", prefer_cudnn), ("graph", contextlib.nullcontext),
-            ("graph", prefer_cudnn)]
-    for cache, attention in rows:
+    lengths = args.cache_lengths or [gen.cache_length]
+    rows = [(cache, None, None, False) for cache in ("dynamic", "static") if cache in args.rows]
+    for length in lengths:
+        if "graph" in args.rows:
+            rows.append(("graph", prefer_cudnn, length, False))
+        if "default-attention" in args.rows:
+            rows.append(("graph", contextlib.nullcontext, length, False))
+    if "graph" in args.rows and "default-attention" in args.rows:
+        rows.append(("graph", prefer_cudnn, lengths[0], False))
+    if args.adapters_off:
+        if not hasattr(lm, "disable_adapter"):
+            parser.error(f"--adapters-off: {args.group}/{args.run} has no LoRA adapters (train.lora_rank)")
+        rows.append(("graph", prefer_cudnn, lengths[0], True))
+    for cache, attention, length, adapters_off in rows:
         label, config = f"cache: {cache}", replace(gen, cache=cache)
         if attention is not None:
+            config = replace(config, cache_length=length)
             label += ", cuDNN attention" if attention is prefer_cudnn else ", default attention"
+            label += f", cache_length {length}" + (", adapters off" if adapters_off else "")
             lm.__dict__.pop(decoding.GRAPH_DECODERS, None)  # decoders are kept per shape: build new ones
             torch._dynamo.reset()  # and compile the step again, from nothing
             torch._inductor.config.force_disable_caches = True
             decoding.decoding_attention = attention
 
         def call():
-            return rollout.generate(lm, tokenizer, prompts, config, max_new, mixed_precision=cfg.ppo.speed.autocast)
+            with lm.disable_adapter() if adapters_off else contextlib.nullcontext():
+                return rollout.generate(lm, tokenizer, prompts, config, max_new, mixed_precision=cfg.ppo.speed.autocast)
 
         started = time.perf_counter()
         for _ in range(args.warmup):
@@ -88,14 +147,15 @@ def main() -> None:
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 call()
                 torch.cuda.synchronize()
-            kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-            busy = (f", GPU busy {sum(e.self_device_time_total for e in kernels) / 1e3:.1f} ms in "
-                    f"{sum(e.count for e in kernels)} launches")
+            launched = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+            busy = (f", GPU busy {sum(e.self_device_time_total for e in launched) / 1e3:.1f} ms in "
+                    f"{sum(e.count for e in launched)} launches")
             busiest = [f"    {e.self_device_time_total / 1e3:8.2f} ms {e.count:6d} x  {e.key[:110]}"
-                       for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[: args.kernels]]
-        print(f"[{label}] {statistics.mean(seconds):.4f} s per call (median {statistics.median(seconds):.4f}), "
-              f"{out.response_ids.shape[1]} tokens ({out.response_ids.unique().numel()} distinct ids){busy}, "
-              f"warm-up {warmup:.1f} s", flush=True)
+                       for e in sorted(launched, key=lambda e: -e.self_device_time_total)[: args.kernels]]
+        steps = out.response_ids.shape[1]
+        print(f"[{label}] {statistics.mean(seconds):.4f} s per call (median {statistics.median(seconds):.4f}; "
+              f"{1e3 * statistics.mean(seconds) / steps:.2f} ms per step), {steps} tokens "
+              f"({out.response_ids.unique().numel()} distinct ids){busy}, warm-up {warmup:.1f} s", flush=True)
         if busiest:
             print("\n".join(busiest), flush=True)
 

@@ -56,8 +56,9 @@ def source_of(params, name: str | None) -> str | None:
     return params.base_models[name].source if name in params.base_models else name
 
 
-def measure(job, params, iterations: int, overrides: dict, device: str, profile: bool = False,
-            warmup: int = 1) -> dict:
+def load_run(job, params, overrides: dict, device: str):
+    """(Trainer, its base model's parameter count) of one run: its base model loaded as its `source` names it, its
+    reward model likewise, its resolved train config with `overrides` (a nested dict of train settings) over it."""
     import torch
 
     from cory.runs.run import load_lm
@@ -68,9 +69,6 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
     train = with_settings(job.train, overrides)
     model = source_of(params, job.model)
     torch.manual_seed(0)
-    if device == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
     lm = load_lm(model, device, train.load_in_4bit)
     total = sum(p.numel() for p in lm.parameters())
     tokenizer = load_tokenizer(model)
@@ -78,7 +76,18 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
         reward = build_reward("sentiment", model_name_or_path=source_of(params, job.task.reward_model), device=device)
     else:
         reward = build_reward("math")
-    trainer = Trainer(train, lm, tokenizer, reward, seed=0)
+    return Trainer(train, lm, tokenizer, reward, seed=0), total
+
+
+def measure(job, params, iterations: int, overrides: dict, device: str, profile: bool = False,
+            warmup: int = 1) -> dict:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    trainer, total = load_run(job, params, overrides, device)
+    train, model = trainer.cfg, source_of(params, job.model)
     trainable = sum(p.numel() for agent in trainer.agents for p in agent.parameters())
     queries, answers = queries_of(job.task.reward, train.ppo.queries_per_batch)
     timings = []

@@ -93,7 +93,8 @@ class GraphDecoder:
         device = next(model.parameters()).device
         self.on_gpu = device.type == "cuda"
         self.cache = StaticCache(config=model.config, max_cache_len=length)
-        forward = inspect.signature(model.forward).parameters
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model passes kwargs on
+        forward = inspect.signature(base.forward).parameters
         self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"  # newer transformers name it "cache"
         self.pass_cache_position = "cache_position" in forward  # older ones place a token by it
         self.vocab = vocab = model.get_output_embeddings().out_features

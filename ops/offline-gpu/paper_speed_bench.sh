@@ -12,7 +12,9 @@
 # (.gpu_scratch: `pip download --no-deps --only-binary=:all: --platform manylinux_2_24_x86_64 --python-version 3.12
 # bitsandbytes==0.50.2 -d .gpu_scratch`; .trl_whl: `bash benchmark/trl_env.sh download .trl_whl 3.12`.)
 # PARTS (default "fast gpt2 profile") picks and orders the parts ("trace": the fast 7B PPO run once more, with one
-# iteration under torch.profiler, its top kernels and host operators printed); UB the update's pass size of the fast
+# iteration under torch.profiler, its top kernels and host operators printed; "sampler": one pioneer sampling call of
+# the fast 7B PPO run, benchmark/decode.py, at two cache lengths and with the adapters off, each call's busiest
+# kernels printed); UB the update's pass size of the fast
 # 7B settings; FAST_ARGS more arguments of their benchmark.paper.
 set -uo pipefail
 UB=${UB:-4}
@@ -24,7 +26,7 @@ show() { echo "=== $1"; cat "$1"; }
 # length for the pioneer's and observer's prompts
 FAST=(--set ppo.speed.dequantize_4bit=true --set "ppo.speed.update_batch_size=$UB" --set ppo.speed.forward_batch_size=8
       --set ppo.generation.cache=graph --set ppo.generation.cache_length=1024)
-if [[ " $PARTS " == *" fast "* || " $PARTS " == *" profile "* || " $PARTS " == *" trace "* ]]; then
+if [[ " $PARTS " =~ " "(fast|profile|trace|sampler)" " ]]; then
   python3 -m tools.build_standins standins --only Llama-2-7b-chat-hf --profile paper_standins --offline-data \
     --device cuda || exit 1
   python3 -m pipeline.profile paper_standins || exit 1
@@ -45,6 +47,9 @@ for part in $PARTS; do
     trace)
       python3 -m benchmark.paper --only math/ppo --warmup 2 --iterations 1 "${FAST[@]}" --profile \
         --out bench/math_trace.json ;;
+    sampler)
+      python3 -m benchmark.decode --group math --run ppo --rows graph --calls 2 --warmup 1 --kernels 25 \
+        --cache-lengths 1024 0 --adapters-off "${FAST[@]}" ;;
     profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
       python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
       show bench/math_profile.json ;;
