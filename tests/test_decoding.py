@@ -200,3 +200,29 @@ def test_graph_decoding_of_a_llama_samples_what_generate_samples(compile_step):
     dynamic, graph = generate_and_decoder(eos_prone_llama(), compile_step)
     assert graph == dynamic
     assert any(0 in row[:-1] for call in dynamic for row in call)  # a row ended before the last step
+
+
+@pytest.mark.parametrize("compile_step", [False, True], ids=["eager step", "compiled step"])
+def test_a_cache_held_in_the_autocast_dtype_samples_the_same(compile_step):
+    """Under bf16 autocast a Llama computes its keys in fp32 where its residual stream is fp32 (the rotary embedding's
+    cos/sin follow it; a 4-bit base prepared for training keeps its norms in fp32), and the attention casts the whole
+    cache to bf16 at every step. A cache held in bf16 casts each key once, as it is written: the attention reads the
+    same numbers, so the same tokens are drawn and the last logits are equal bit for bit."""
+    from cory.rl.decoding import decoder_for
+
+    lm, tok = eos_prone_llama(), tiny_tokenizer()
+    gen = GenerationConfig(cache="graph", repetition_penalty=PENALTY)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    drawn = {}
+    for dtype in (None, torch.bfloat16):
+        decoder = decoder_for(lm, len(PROMPTS), 64, gen, tok.pad_token_id, tok.eos_token_id, compile_step,
+                              cache_dtype=dtype)
+        torch.manual_seed(0)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            tokens = [decoder.sample(enc.input_ids, enc.attention_mask, 9, 0, check_every=1) for _ in range(2)]
+        keys = decoder.cache.layers[0].keys
+        drawn[dtype] = tokens, decoder.logits.clone(), keys.dtype
+    assert drawn[None][2] == torch.float32  # the case this is about: fp32 keys under autocast
+    assert drawn[torch.bfloat16][2] == torch.bfloat16
+    assert [t.tolist() for t in drawn[torch.bfloat16][0]] == [t.tolist() for t in drawn[None][0]]
+    assert torch.equal(drawn[torch.bfloat16][1], drawn[None][1])

@@ -92,7 +92,7 @@ def test_a_static_cache_samples_what_the_dynamic_one_does_and_is_kept_between_ca
     for static in rollouts["static"]:
         assert static.response_ids.tolist() == dynamic.response_ids.tolist()
         assert static.responses == dynamic.responses
-    assert list(lm._cory_static_caches) == [(len(prompts), 64)]  # prompt 4 + 7 tokens, rounded up to 64
+    assert [key[:2] for key in lm._cory_static_caches] == [(len(prompts), 64)]  # prompt 4 + 7 tokens, rounded up to 64
     assert "_cory_static_caches" not in dict(lm.named_modules()) and not any("static" in k for k in lm.state_dict())
 
 
@@ -119,7 +119,7 @@ def test_the_compiled_decoding_step_of_a_static_cache_samples_what_the_dynamic_c
             gen = GenerationConfig(response_length=(9, 9), repetition_penalty=1.1, cache=cache)
             samples[cache] = generate(lm, tok, prompts * 2, gen, max_new_tokens=9).response_ids.tolist()
         assert samples["static"] == samples["dynamic"]
-    assert list(lm._cory_static_caches) == [(8, 64)]
+    assert [key[:2] for key in lm._cory_static_caches] == [(8, 64)]
     assert counters["stats"]["unique_graphs"] >= 1  # the decoding step did run compiled
 
 

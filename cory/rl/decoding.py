@@ -24,6 +24,7 @@ run past that point draw random numbers `generate` would not have drawn, so late
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 
@@ -49,18 +50,49 @@ STATIC_CACHES = "_cory_static_caches"
 
 
 def static_cache(model, prompt_shape: tuple[int, int], max_new_tokens: int, multiple: int = 64,
-                 least: int = 0) -> dict:
-    """`past_key_values` for `generate`: a transformers StaticCache for this batch size and a length of prompt +
-    response rounded up to `multiple`, at least `least` (capped at the model's positions), kept on the model and reset
-    between calls, so that its tensors keep their addresses and a compiled decoding step (CUDA graphs) is replayed,
-    not re-recorded."""
-    from transformers import StaticCache
-
+                 least: int = 0, dtype: torch.dtype | None = None) -> dict:
+    """`past_key_values` for `generate`: a StaticCache (`kv_cache`, keys and values held in `dtype`) for this batch
+    size and a length of prompt + response rounded up to `multiple`, at least `least` (capped at the model's
+    positions), kept on the model and reset between calls, so that its tensors keep their addresses and a compiled
+    decoding step (CUDA graphs) is replayed, not re-recorded."""
     length = cache_length(model, prompt_shape[1], max_new_tokens, multiple, least)
-    cache = keep_on_model(model, STATIC_CACHES, (prompt_shape[0], length),
-                          lambda: StaticCache(config=model.config, max_cache_len=length))
+    cache = keep_on_model(model, STATIC_CACHES, (prompt_shape[0], length, dtype),
+                          lambda: kv_cache(model, length, dtype))
     cache.reset()  # a no-op on a new one
     return {"past_key_values": cache}
+
+
+def kv_cache(model, length: int, dtype: torch.dtype | None):
+    """transformers' StaticCache of `length` tokens for `model`, its keys and values held in `dtype` (None: in the
+    dtype the layers compute them in).
+
+    Under bf16 autocast the attention reads them in bf16 (autocast casts its inputs), but a layer may compute them in
+    fp32: Llama's rotary embedding multiplies the keys by cos/sin in the residual stream's dtype, fp32 where the norms
+    are (a 4-bit base prepared for training keeps them in fp32), and a 4-bit layer returns its input's dtype. Such a
+    cache holds fp32 keys and values, twice the memory, and every decoding step casts all of it to bf16 again, layer
+    by layer: at the 7B PPO run's shape (batch 32, 1024 tokens) about 50 GB of memory traffic per step, over half of
+    a step's GPU time on an H100 (docs/scale.md). Held in `dtype` they are cast once, as they are written, and the
+    attention reads the same bf16 numbers."""
+    return _dtype_cache_class()(config=model.config, max_cache_len=length, dtype=dtype)
+
+
+@functools.cache
+def _dtype_cache_class():
+    from transformers import StaticCache
+
+    class DtypeStaticCache(StaticCache):
+        """A StaticCache whose keys and values are cast to `dtype` (None: kept as they come) as they are written."""
+
+        def __init__(self, *args, dtype: torch.dtype | None = None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.store_dtype = dtype
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if self.store_dtype is not None:
+                key_states, value_states = key_states.to(self.store_dtype), value_states.to(self.store_dtype)
+            return super().update(key_states, value_states, *args, **kwargs)
+
+    return DtypeStaticCache
 
 
 def keep_on_model(model, attribute: str, key, make):
@@ -86,13 +118,11 @@ class GraphDecoder:
     between calls (`decoder_for`), so that the addresses a CUDA graph recorded stay valid."""
 
     def __init__(self, model, batch_size: int, length: int, gen: GenerationConfig, pad_token_id: int,
-                 eos_token_id: int | None, compile_step: bool):
-        from transformers import StaticCache
-
+                 eos_token_id: int | None, compile_step: bool, cache_dtype: torch.dtype | None = None):
         self.model, self.length, self.gen = model, length, gen
         device = next(model.parameters()).device
         self.on_gpu = device.type == "cuda"
-        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        self.cache = kv_cache(model, length, cache_dtype)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model passes kwargs on
         forward = inspect.signature(base.forward).parameters
         self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"  # newer transformers name it "cache"
@@ -258,19 +288,19 @@ GRAPH_DECODERS = "_cory_graph_decoders"
 
 
 def decoder_for(model, batch_size: int, length: int, gen: GenerationConfig, pad_token_id: int,
-                eos_token_id: int | None, compile_step: bool) -> GraphDecoder:
-    """The model's GraphDecoder for this batch size, a cache of at least `length` tokens and these settings, made on
-    first use and kept in a plain attribute of the model (not a submodule: no state-dict entries). A kept decoder with
-    a longer cache is reused (the shortest such): the extra positions are masked out, so it samples the same tokens,
-    and another length would be another compilation."""
+                eos_token_id: int | None, compile_step: bool, cache_dtype: torch.dtype | None = None) -> GraphDecoder:
+    """The model's GraphDecoder for this batch size, a cache of at least `length` tokens (its keys and values held in
+    `cache_dtype`: `kv_cache`) and these settings, made on first use and kept in a plain attribute of the model (not a
+    submodule: no state-dict entries). A kept decoder with a longer cache is reused (the shortest such): the extra
+    positions are masked out, so it samples the same tokens, and another length would be another compilation."""
     settings = (gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty, gen.stop_at_eos, pad_token_id,
-                eos_token_id, compile_step)
+                eos_token_id, compile_step, cache_dtype)
     kept = model.__dict__.get(GRAPH_DECODERS, {})
     longer = [key for key in kept if key[0] == batch_size and key[1] >= length and key[2:] == settings]
     if longer:
         return kept[min(longer, key=lambda key: key[1])]
     return keep_on_model(model, GRAPH_DECODERS, (batch_size, length, *settings), lambda: GraphDecoder(
-        model, batch_size, length, gen, pad_token_id, eos_token_id, compile_step))
+        model, batch_size, length, gen, pad_token_id, eos_token_id, compile_step, cache_dtype))
 
 
 def cache_shapes(model) -> list[list[int]]:

@@ -31,10 +31,13 @@ def prepare_for_rl(lm, cfg: SpeedConfig) -> None:
 
 def autocast(device: torch.device | str, enabled: bool = True):
     """bf16 autocast where a GPU is present (unless disabled: ppo.speed.mixed_precision); a no-op context on CPU."""
-    device = torch.device(device)
-    if device.type == "cuda" and enabled:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    dtype = autocast_dtype(device, enabled)
+    return contextlib.nullcontext() if dtype is None else torch.autocast("cuda", dtype=dtype)
+
+
+def autocast_dtype(device: torch.device | str, enabled: bool = True) -> torch.dtype | None:
+    """The dtype `autocast(device, enabled)` computes its products and attention in; None where it is a no-op."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" and enabled else None
 
 
 def configure_gpu_for_rl(device: torch.device | str) -> None:

@@ -19,7 +19,7 @@ import torch
 from cory.rl.config import GenerationConfig
 from cory.rl.decoding import (cache_length, decoder_for, model_positions, position_ids, raise_nonfinite_logits,
                               static_cache)
-from cory.rl.kernels import autocast
+from cory.rl.kernels import autocast, autocast_dtype
 
 
 @dataclass
@@ -158,7 +158,8 @@ def _sample_graph(model, tokenizer, input_ids: torch.Tensor, attention_mask: tor
     device = input_ids.device
     length = cache_length(model, input_ids.shape[1], max_new_tokens, least=gen.cache_length)
     decoder = decoder_for(model, input_ids.shape[0], length, gen, tokenizer.pad_token_id,
-                          tokenizer.eos_token_id if gen.stop_at_eos else None, compile_step=device.type == "cuda")
+                          tokenizer.eos_token_id if gen.stop_at_eos else None, compile_step=device.type == "cuda",
+                          cache_dtype=autocast_dtype(device, mixed_precision))
     with autocast(device, mixed_precision):
         return decoder.sample(input_ids, attention_mask, max_new_tokens, max_new_tokens if gen.suppress_eos else 0,
                               check_every=8 if device.type == "cuda" else 1)
@@ -189,7 +190,8 @@ def _sample_hf(model, tokenizer, input_ids: torch.Tensor, attention_mask: torch.
     the model for "static")."""
     cache = {}
     if gen.cache == "static":
-        cache = static_cache(model, input_ids.shape, max_new_tokens, least=gen.cache_length)
+        cache = static_cache(model, input_ids.shape, max_new_tokens, least=gen.cache_length,
+                             dtype=autocast_dtype(input_ids.device, mixed_precision))
     guard = NaNLogitsGuard()
     with autocast(input_ids.device, mixed_precision):
         out = model.generate(

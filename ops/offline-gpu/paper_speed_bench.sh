@@ -13,9 +13,8 @@
 # bitsandbytes==0.50.2 -d .gpu_scratch`; .trl_whl: `bash benchmark/trl_env.sh download .trl_whl 3.12`.)
 # PARTS (default "fast gpt2 profile") picks and orders the parts ("trace": the fast 7B PPO run once more, with one
 # iteration under torch.profiler, its top kernels and host operators printed; "sampler": one pioneer sampling call of
-# the fast 7B PPO run, benchmark/decode.py, at two cache lengths and with the adapters off, each call's busiest
-# kernels printed); UB the update's pass size of the fast
-# 7B settings; FAST_ARGS more arguments of their benchmark.paper.
+# the fast 7B PPO run, benchmark/decode.py, at two cache lengths, each call's busiest kernels printed); UB the
+# update's pass size of the fast 7B settings; FAST_ARGS more arguments of their benchmark.paper.
 set -uo pipefail
 UB=${UB:-4}
 PARTS=${PARTS:-fast gpt2 profile}
@@ -49,7 +48,7 @@ for part in $PARTS; do
         --out bench/math_trace.json ;;
     sampler)
       python3 -m benchmark.decode --group math --run ppo --rows graph --calls 2 --warmup 1 --kernels 25 \
-        --cache-lengths 1024 0 --adapters-off "${FAST[@]}" ;;
+        --cache-lengths 1024 0 "${FAST[@]}" ;;
     profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
       python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
       show bench/math_profile.json ;;
