@@ -14,16 +14,18 @@
 # PARTS (default "fast gpt2 profile") picks and orders the parts ("trace": the fast 7B PPO run once more, with one
 # iteration under torch.profiler, its top kernels and host operators printed; "sampler": one pioneer sampling call of
 # the fast 7B PPO run, benchmark/decode.py, at two cache lengths, each call's busiest kernels printed); UB the
-# update's pass size of the fast 7B settings; FAST_ARGS more arguments of their benchmark.paper.
+# update's pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their
+# benchmark.paper.
 set -uo pipefail
-UB=${UB:-4}
+UB=${UB:-8}
+FB=${FB:-16}
 PARTS=${PARTS:-fast gpt2 profile}
 mkdir -p bench
 show() { echo "=== $1"; cat "$1"; }
 # the paper's 4-bit Llama-2 runs with the speed settings: the NF4 base dequantised once, the update's mini-batches
-# in passes of $UB, the experience's forward passes in chunks of 8, the decoding step as one CUDA graph with one cache
-# length for the pioneer's and observer's prompts
-FAST=(--set ppo.speed.dequantize_4bit=true --set "ppo.speed.update_batch_size=$UB" --set ppo.speed.forward_batch_size=8
+# in passes of $UB, the experience's forward passes in chunks of $FB, the decoding step as one CUDA graph with one
+# cache length for the pioneer's and observer's prompts (the defaults: profiles/paper.yaml's)
+FAST=(--set ppo.speed.dequantize_4bit=true --set "ppo.speed.update_batch_size=$UB" --set "ppo.speed.forward_batch_size=$FB"
       --set ppo.generation.cache=graph --set ppo.generation.cache_length=1024)
 if [[ " $PARTS " =~ " "(fast|profile|trace|sampler)" " ]]; then
   python3 -m tools.build_standins standins --only Llama-2-7b-chat-hf --profile paper_standins --offline-data \
