@@ -31,19 +31,16 @@ from pathlib import Path
 ROWS = ("dynamic", "static", "graph", "default-attention")
 
 
-def pioneer(group: str, run: str, overrides: dict, work: Path):
-    """(train config, the LM its first agent samples with, tokenizer, queries) of one run of the params."""
+def pioneer(params, job, overrides: dict, work: Path):
+    """(train config, the LM its first agent samples with, tokenizer, queries) of one run (`job`) of the params."""
     from benchmark.common import queries_of, with_settings
     from benchmark.paper import load_run
     from benchmark.rl import build
     from pipeline.common import device
-    from pipeline.params import load_params
     from pipeline.sections import SCRATCH
 
-    params = load_params()  # params.yaml, or $CORY_PARAMS
-    job = min((j for j in params.jobs[group] if j.run == run), key=lambda j: j.seed != 0)  # seed 0 where it runs
     if params.base_models[job.model].source == SCRATCH:  # pretrained by the pipeline: random weights of its shapes
-        cfg, lm, tokenizer, _, queries, _ = build(group, run, work)
+        cfg, lm, tokenizer, _, queries, _ = build(job.group, job.run, work)
         cfg = with_settings(cfg, overrides)
         if cfg.ppo.speed.bf16_weights:
             from cory.rl.kernels import bf16_copy
@@ -57,12 +54,13 @@ def pioneer(group: str, run: str, overrides: dict, work: Path):
                                                                          trainer.cfg.ppo.queries_per_batch)[0]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmark.common import set_dotted
+    from benchmark.common import set_dotted, with_settings
     from cory.rl import decoding, kernels, rollout
+    from pipeline.params import load_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--group", default="math")
@@ -78,12 +76,20 @@ def main() -> None:
                         help="one more graph row with the LoRA adapters switched off (a run with adapters)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a train setting over the run's own, e.g. ppo.generation.cache_length=1024")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     overrides = {}
     for item in args.set:
         set_dotted(overrides, item)
+    params = load_params()  # params.yaml, or $CORY_PARAMS
+    jobs = [job for job in params.jobs.get(args.group, []) if job.run == args.run]
+    if not jobs:
+        runs = sorted({f"{job.group}/{job.run}" for group in params.jobs.values() for job in group})
+        parser.error(f"--group/--run: the params have no run {args.group}/{args.run}; they have {', '.join(runs)}")
+    job = min(jobs, key=lambda j: j.seed != 0)  # seed 0 where it runs
+    if args.adapters_off and not with_settings(job.train, overrides).lora_rank:
+        parser.error(f"--adapters-off: {args.group}/{args.run} has no LoRA adapters (train.lora_rank)")
     with tempfile.TemporaryDirectory() as tmp:
-        cfg, lm, tokenizer, queries = pioneer(args.group, args.run, overrides, Path(tmp))
+        cfg, lm, tokenizer, queries = pioneer(params, job, overrides, Path(tmp))
     gen = cfg.ppo.generation
     k = cfg.ppo.samples_per_query  # the trainer samples each query k times: the batch of one iteration
     prompts = [cfg.prompt_template.format(query=q) for q in queries for _ in range(k)]
@@ -113,8 +119,6 @@ def main() -> None:
     if "graph" in args.rows and "default-attention" in args.rows:
         rows.append(("graph", prefer_cudnn, lengths[0], False))
     if args.adapters_off:
-        if not hasattr(lm, "disable_adapter"):
-            parser.error(f"--adapters-off: {args.group}/{args.run} has no LoRA adapters (train.lora_rank)")
         rows.append(("graph", prefer_cudnn, lengths[0], True))
     for cache, attention, length, adapters_off in rows:
         label, config = f"cache: {cache}", replace(gen, cache=cache)

@@ -82,3 +82,30 @@ def test_combine_takes_each_run_from_a_measurement_of_its_own_shape(standin_para
         assert runs[key]["seconds_per_iteration"] == 1.8 and runs[key]["estimated_from"] == "imdb/cory"
     assert result["not_measured"] == ["imdb/ppo_2x"]  # another model: nothing of its shape was measured
     assert result["projection"]["seconds"] == pytest.approx(sum(result["projection"]["per_run_seconds"].values()))
+
+
+SMALL_LLAMA = ["load_in_4bit=false", "ppo.speed.dequantize_4bit=false", "ppo.speed.update_batch_size=null",
+               "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.gradient_accumulation_steps=1",
+               "ppo.generation.response_length=[5, 5]"]
+
+
+def test_benchmark_decode_samples_with_a_loaded_runs_first_agent(standin_params, monkeypatch, capsys):
+    """benchmark.decode on a run whose base model has a source: the stand-in is loaded and the run's Trainer built,
+    one graph row per cache length and one with the LoRA adapters off; a run without adapters refuses that row."""
+    from benchmark import decode
+
+    path, _ = standin_params
+    monkeypatch.setenv("CORY_PARAMS", str(path))
+    decode.main(["--group", "math", "--run", "cory", "--rows", "graph", "--calls", "1", "--warmup", "0",
+                 "--cache-lengths", "0", "64", "--adapters-off", *[a for s in SMALL_LLAMA for a in ("--set", s)]])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert [row.split("]")[0] for row in rows] == [
+        "[cache: graph, cuDNN attention, cache_length 0", "[cache: graph, cuDNN attention, cache_length 64",
+        "[cache: graph, cuDNN attention, cache_length 0, adapters off"]
+    assert all("ms per step), 5 tokens" in row for row in rows)
+    # bad arguments: one error each, before any model is loaded
+    for args, error in [(["--group", "imdb", "--run", "ppo", "--adapters-off"], "--adapters-off: imdb/ppo has no LoRA"),
+                        (["--group", "math", "--run", "grpo"], "the params have no run math/grpo; they have ")]:
+        with pytest.raises(SystemExit):
+            decode.main(args)
+        assert error in capsys.readouterr().err
