@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmark.common import set_dotted, with_settings
+    from benchmark.common import dotted_settings, first_seed_job, with_settings
     from cory.rl import decoding, kernels, rollout
     from pipeline.params import load_params
 
@@ -77,15 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a train setting over the run's own, e.g. ppo.generation.cache_length=1024")
     args = parser.parse_args(argv)
-    overrides = {}
-    for item in args.set:
-        set_dotted(overrides, item)
+    overrides = dotted_settings(args.set)
     params = load_params()  # params.yaml, or $CORY_PARAMS
-    jobs = [job for job in params.jobs.get(args.group, []) if job.run == args.run]
-    if not jobs:
+    job = first_seed_job(params, args.group, args.run)
+    if job is None:
         runs = sorted({f"{job.group}/{job.run}" for group in params.jobs.values() for job in group})
         parser.error(f"--group/--run: the params have no run {args.group}/{args.run}; they have {', '.join(runs)}")
-    job = min(jobs, key=lambda j: j.seed != 0)  # seed 0 where it runs
     if args.adapters_off and not with_settings(job.train, overrides).lora_rank:
         parser.error(f"--adapters-off: {args.group}/{args.run} has no LoRA adapters (train.lora_rank)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,8 +10,9 @@ GPU memory, and the projected wall time of the whole profile (docs/scale.md).
 For every run of every experiment group of the params (one eta of a sweep stands for all of them: the coefficient
 does not change the cost), each in a process of its own, it loads the run's base model as its
 `base_models.<name>.source` names it (a stand-in folder or a hub name; no pipeline stage runs first) and the reward
-model likewise, builds the run's Trainer with its resolved train config, and times `--iterations` iterations after one warm-up iteration on queries of the task's kind
-(IMDB-like word openings; math problems from cory.tasks.mathgen with 1-token gold answers). Random weights rarely end an
+model likewise, builds the run's Trainer with its resolved train config, and times `--iterations` iterations after
+one warm-up iteration on queries of the task's kind (IMDB-like word openings; math problems from cory.tasks.mathgen
+with 1-token gold answers). Random weights rarely end an
 answer early, so every response runs to its drawn length: an upper bound on a trained model's time.
 
 The JSON written to --out holds, per run: model, parameters (total, trainable), batch size, seconds per iteration
@@ -28,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmark.common import profile_iteration, queries_of, set_dotted, with_settings
+from benchmark.common import dotted_settings, profile_iteration, queries_of, with_settings
 
 
 def plan(params, only: list[str]) -> list[tuple[str, str, object]]:
@@ -201,9 +202,7 @@ def main(argv: list[str]) -> None:
               f"run of the same shape), {len(missing)} not measured; projected {result['projection']['hours']:.1f} h; "
               f"wrote {out}")
         return
-    overrides: dict = {}
-    for item in args.set:  # one KEY=VALUE each (a value may hold commas: [4, 8])
-        set_dotted(overrides, item)
+    overrides = dotted_settings(args.set)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     runs: dict[str, dict] = {}
     chosen = plan(params, args.only)

@@ -29,7 +29,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from benchmark.common import dotted_overrides, profile_iteration, queries_of, with_settings
+from benchmark.common import dotted_overrides, first_seed_job, profile_iteration, queries_of, with_settings
 
 
 def build(group: str, run: str, work: Path, variant: str = ""):
@@ -47,7 +47,9 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     from pipeline.params import load_params
 
     params = load_params()  # params.yaml, or $CORY_PARAMS
-    job = min((j for j in params.jobs[group] if j.run == run), key=lambda j: j.seed != 0)  # seed 0 where it runs
+    job = first_seed_job(params, group, run)
+    if job is None:
+        raise ValueError(f"the params have no run {group}/{run}")
     task = job.task
     train = with_settings(job.train, dotted_overrides(variant))  # over the group's own settings too
     base = params.base_models[job.model]

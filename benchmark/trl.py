@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark.common import queries_of, set_dotted
+from benchmark.common import dotted_settings, queries_of
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 50257  # GPT-2's
@@ -306,9 +306,7 @@ def main(argv: list[str]) -> int:
                             args.heads or SHAPES[args.shape][2])
     name = args.shape if (layers, width, heads) == SHAPES[args.shape] else f"L{layers}_d{width}_h{heads}"
     out = args.out or ROOT / f"reports/paper/bench/trl_{name}.json"
-    speed: dict = {}
-    for item in args.speed:  # KEY=VALUE, the value read as YAML
-        set_dotted(speed, item)
+    speed = dotted_settings(args.speed)
     spec = {"layers": layers, "width": width, "heads": heads, "batch": args.batch, "mini_batch": args.mini_batch,
             "epochs": args.epochs, "new_tokens": args.new_tokens, "warmup": args.warmup, "iterations": args.iterations,
             "profile": args.profile, "speed": speed, "seed": args.seed,

@@ -12,6 +12,12 @@ from benchmark import paper as bench_paper
 from tools import build_standins
 
 
+SMALL = ["load_in_4bit=false", "ppo.speed.dequantize_4bit=false", "ppo.speed.update_batch_size=null",
+         "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.gradient_accumulation_steps=1",
+         "ppo.speed.forward_batch_size=null", "ppo.generation.response_length=[4, 6]"]
+"""The paper runs made small enough for a CPU: full precision, 4 episodes, a few tokens."""
+
+
 @pytest.fixture(scope="module")
 def standin_params(tmp_path_factory):
     root = tmp_path_factory.mktemp("standins")
@@ -26,11 +32,8 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     path, params = standin_params
     monkeypatch.setenv("CORY_PARAMS", str(path))
     out = tmp_path / "scale.json"
-    small = ["load_in_4bit=false", "ppo.speed.dequantize_4bit=false", "ppo.speed.update_batch_size=null",
-             "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.gradient_accumulation_steps=1",
-             "ppo.speed.forward_batch_size=null", "ppo.generation.response_length=[4, 6]"]
     bench_paper.main(["--iterations", "1", "--only", "imdb/ppo", "math/cory", "--out", str(out),
-                      *[arg for item in small for arg in ("--set", item)]])
+                      *[arg for item in SMALL for arg in ("--set", item)]])
     result = json.loads(out.read_text())
     assert result["profile"] == "paper" and set(result["runs"]) == {"imdb/ppo", "math/cory"}
     ppo, cory = result["runs"]["imdb/ppo"], result["runs"]["math/cory"]
@@ -84,11 +87,6 @@ def test_combine_takes_each_run_from_a_measurement_of_its_own_shape(standin_para
     assert result["projection"]["seconds"] == pytest.approx(sum(result["projection"]["per_run_seconds"].values()))
 
 
-SMALL_LLAMA = ["load_in_4bit=false", "ppo.speed.dequantize_4bit=false", "ppo.speed.update_batch_size=null",
-               "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.gradient_accumulation_steps=1",
-               "ppo.generation.response_length=[5, 5]"]
-
-
 def test_benchmark_decode_samples_with_a_loaded_runs_first_agent(standin_params, monkeypatch, capsys):
     """benchmark.decode on a run whose base model has a source: the stand-in is loaded and the run's Trainer built,
     one graph row per cache length and one with the LoRA adapters off; a run without adapters refuses that row."""
@@ -96,8 +94,9 @@ def test_benchmark_decode_samples_with_a_loaded_runs_first_agent(standin_params,
 
     path, _ = standin_params
     monkeypatch.setenv("CORY_PARAMS", str(path))
+    settings = [*SMALL, "ppo.generation.response_length=[5, 5]"]
     decode.main(["--group", "math", "--run", "cory", "--rows", "graph", "--calls", "1", "--warmup", "0",
-                 "--cache-lengths", "0", "64", "--adapters-off", *[a for s in SMALL_LLAMA for a in ("--set", s)]])
+                 "--cache-lengths", "0", "64", "--adapters-off", *[a for s in settings for a in ("--set", s)]])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert [row.split("]")[0] for row in rows] == [
         "[cache: graph, cuDNN attention, cache_length 0", "[cache: graph, cuDNN attention, cache_length 64",

@@ -180,10 +180,7 @@ def _update_pass(agent: Agent, exp: Experience, rows: torch.Tensor, epoch: int, 
             terms.append(losses[i] * 0.0)
     if not terms:
         return
-    total = terms[0]
-    for term in terms[1:]:
-        total = total + term
-    (total / cfg.gradient_accumulation_steps).backward()
+    (sum(terms[1:], terms[0]) / cfg.gradient_accumulation_steps).backward()
     agent.collect_gradients()  # ppo.speed.bf16_weights: onto the fp32 weights
 
 
