@@ -334,7 +334,7 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
         in report  # the paper's "more than 2x" beside ours
     assert "| pass@1 PPO | 0.1212 ± 0.0010 (3 seeds) | 0: 0.1200, 1: 0.1212, 2: 0.1224 | 0.145 |" in report
     assert "Fig. 5, GSM8K test, 4-bit Llama-2-7b-chat, read off the authors' figure" in report
-    assert "No rerun to compare with: reports/fixture/rerun/claims.json does not exist." in report
+    assert "No other run to compare with: reports/fixture/rerun/claims.json does not exist." in report
     assert "| `ppo.batch_size` | 128 \\| not 256: time |" in report
     assert "| **total** | 360.5 |" in report and "29,000,000" in report and "ppo.init_kl_coef" in report
     # a stage's own process and its workers' GPU memory are told apart: the base models' peak is in their table

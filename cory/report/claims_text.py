@@ -242,14 +242,15 @@ def rerun_rows(ours: dict, theirs: dict) -> list[list[str]]:
 
 
 def rerun_markdown(ours: dict, rerun: tuple[str, dict | None] | None) -> list[str]:
-    """REPORT.md's comparison with another run of the same code (params report.rerun): `rerun` is (its path as
-    shown, its claims.json or None where the file is missing); None: no comparison asked for."""
+    """REPORT.md's comparison with another run of the profile (params report.rerun: a rerun of the same code, or a
+    run of other code or on another GPU, which the maintainers' notes name): `rerun` is (its path as shown, its
+    claims.json or None where the file is missing); None: no comparison asked for."""
     if rerun is None:
         return []
     where, theirs = rerun
-    lines = ["## Rerun of the same code (params `report.rerun`)", ""]
+    lines = ["## Another run (params `report.rerun`)", ""]
     if theirs is None:
-        return lines + [f"No rerun to compare with: {where} does not exist.", ""]
+        return lines + [f"No other run to compare with: {where} does not exist.", ""]
     rows = rerun_rows(ours, theirs)
     agree = sum(row[3] == "yes" for row in rows)
     both = sum(row[3] != "-" for row in rows)
@@ -258,5 +259,5 @@ def rerun_markdown(ours: dict, rerun: tuple[str, dict | None] | None) -> list[st
               f"agree{alone}. Where a verdict changed, the last column names the sub-conditions whose verdicts moved; "
               "an interval that contains its threshold in one run only says that the seeds cannot tell the claim from "
               "its threshold.", ""]
-    return lines + table(["claim", "this run", "the rerun", "agree", "this run's effects [interval]",
-                           "the rerun's effects [interval]", "what changed"], rows) + [""]
+    return lines + table(["claim", "this run", "the other run", "agree", "this run's effects [interval]",
+                           "the other run's effects [interval]", "what changed"], rows) + [""]

@@ -55,8 +55,9 @@ class ReportConfig:
     """false: the report shows every claim's numbers but judges none (verdict "not tested"), e.g. a 1-seed profile
     that only checks that the stages run; min_seeds is then not enforced."""
     rerun: str | None = "reports/{profile}/rerun/claims.json"
-    """claims.json of another run of the same code (relative to the project root; {profile} is the profile's name),
-    compared claim by claim in REPORT.md; a missing file is said so; null: no comparison."""
+    """claims.json of another run of the profile (a rerun of the same code, or a run of other code or on another GPU,
+    which the maintainers' notes name; relative to the project root, {profile} is the profile's name), compared claim
+    by claim in REPORT.md; a missing file is said so; null: no comparison."""
 
     def __post_init__(self) -> None:
         path = section_path("report")
