@@ -13,7 +13,8 @@
 # bitsandbytes==0.50.2 -d .gpu_scratch`; .trl_whl: `bash benchmark/trl_env.sh download .trl_whl 3.12`.)
 # PARTS (default "fast gpt2 profile") picks and orders the parts ("trace": the fast 7B PPO run once more, with one
 # iteration under torch.profiler, its top kernels and host operators printed; "sampler": one pioneer sampling call of
-# the fast 7B PPO run, benchmark/decode.py, at two cache lengths, each call's busiest kernels printed); UB the
+# the fast 7B PPO run, benchmark/decode.py, at two cache lengths, each call's busiest kernels printed; "gpt2sampler":
+# one sampling call of the GPT-2 Large PPO run's stand-in, each way of decoding, its busiest kernels); UB the
 # update's pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their
 # benchmark.paper.
 set -uo pipefail
@@ -51,6 +52,12 @@ for part in $PARTS; do
     sampler)
       python3 -m benchmark.decode --group math --run ppo --rows graph --calls 2 --warmup 1 --kernels 25 \
         --cache-lengths 1024 0 "${FAST[@]}" ;;
+    gpt2sampler)  # where a GPT-2 Large decoding step's time goes (batch 256, 16 new tokens; the reward model is built
+      # too, as the run's Trainer loads it)
+      python3 -m tools.build_standins standins --only gpt2-large distilbert-imdb --profile paper_standins \
+        --offline-data --device cuda || exit 1
+      python3 -m pipeline.profile paper_standins || exit 1
+      python3 -m benchmark.decode --group imdb --run ppo --calls 3 --warmup 2 --kernels 25 ;;
     profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
       python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
       show bench/math_profile.json ;;
