@@ -108,3 +108,18 @@ def test_benchmark_decode_samples_with_a_loaded_runs_first_agent(standin_params,
         with pytest.raises(SystemExit):
             decode.main(args)
         assert error in capsys.readouterr().err
+
+
+def test_benchmark_decode_samples_with_the_gpt2_large_runs_pioneer(standin_params, monkeypatch, capsys):
+    """The GPT-2 Large PPO run (full fine-tuning, the reward model a stand-in too) through benchmark.decode: each way
+    of decoding samples its tokens, as paper_speed_bench.sh's gpt2sampler part asks of it on the GPU."""
+    from benchmark import decode
+
+    path, _ = standin_params
+    monkeypatch.setenv("CORY_PARAMS", str(path))
+    settings = [*SMALL, "ppo.generation.response_length=[5, 5]"]
+    decode.main(["--group", "imdb", "--run", "ppo", "--rows", "dynamic", "graph", "--calls", "1", "--warmup", "0",
+                 *[a for s in settings for a in ("--set", s)]])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert [row.split("]")[0].split(",")[0] for row in rows] == ["[cache: dynamic", "[cache: graph"]
+    assert all("ms per step), 5 tokens" in row for row in rows)
