@@ -7,12 +7,25 @@ every logged column but the timings (timing/*), as the files spell the numbers: 
 the same to the last digit. A run that one folder has not finished (fewer iterations) is compared over the
 iterations both have. Prints one line per group (runs compared, how many repeat) and, for each run that does not,
 the first iteration and column where the two part and by how much. Exits 0 either way: it reports, it does not judge.
+
+    python -m tools.compare_runs outputs/default <other outputs folder> --finals [--last-n 10]
+
+also compares what the runs end at, for two runs that do not repeat (another GPU's rounding, another commit): per run
+and agent, the seeds' mean final task reward and KL (each seed's mean over its last `--last-n` iterations, as the
+report's finals) in each folder, their difference and Welch's t (the difference over its standard error from the two
+folders' seed variances), and the largest |t| of all. Two draws of the same experiment give |t| mostly below 2, but at
+3 seeds t has as few as 2 degrees of freedom and heavy tails: two repros of one commit on one kind of GPU, whose math
+runs part on the GPU's rounding, had one |t| of 7.7 among 56. A repro's seeds share its base models and reward model,
+so where those were trained anew (on another GPU) the standard error leaves their variation out, and a run on a base
+model that came out differently shows as a large |t| across all its seeds.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
-import sys
+import math
+import statistics
 from pathlib import Path
 
 from tools.score_runs import check_outputs
@@ -62,13 +75,72 @@ def compare(first: Path, second: Path) -> list[str]:
     return lines
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) != 2:
-        raise SystemExit(__doc__)
-    first, second = map(Path, argv)
-    check_outputs([first, second], "compare_runs")
-    print("\n".join(compare(first, second)))
+QUANTITIES = (("task_reward", "task reward"), ("kl", "KL"))
+
+
+def final_values(outputs: Path, last_n: int) -> dict[tuple[str, str, str], list[float]]:
+    """{(group/run, agent, quantity): each seed's final value}, a final value being the mean of a seed's last
+    `last_n` logged iterations."""
+    finals: dict[tuple[str, str, str], list[float]] = {}
+    for path in sorted((outputs / "runs").glob("*/*/seed*/history.csv")):
+        rows = history(path)[-last_n:]
+        run = str(path.parent.parent.relative_to(outputs / "runs"))
+        for agent in ("llm1", "llm2"):
+            for column, _ in QUANTITIES:
+                values = [float(row[f"{agent}/{column}"]) for row in rows if row.get(f"{agent}/{column}")]
+                if values:
+                    finals.setdefault((run, agent, column), []).append(statistics.fmean(values))
+    return finals
+
+
+def welch_t(a: list[float], b: list[float]) -> float:
+    """(mean of a - mean of b) over its standard error from the two samples' variances; nan under 2 values a side."""
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    error = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    difference = statistics.fmean(a) - statistics.fmean(b)
+    return difference / error if error > 0 else (0.0 if difference == 0 else math.copysign(math.inf, difference))
+
+
+def compare_finals(first: Path, second: Path, last_n: int) -> list[str]:
+    """The --finals lines: per run and agent both folders have, the seeds' mean final task reward and KL in each, the
+    difference and Welch's t; then the largest |t|."""
+    ours, theirs = final_values(first, last_n), final_values(second, last_n)
+    lines = [f"final values (means of the last {last_n} iterations, over seeds): this / the other, difference, "
+             "Welch's t"]
+    ts: list[tuple[float, str]] = []
+    for run, agent in sorted({(run, agent) for run, agent, _ in ours if (run, agent, "kl") in theirs}):
+        cells = []
+        for column, name in QUANTITIES:
+            a, b = ours.get((run, agent, column)), theirs.get((run, agent, column))
+            if not a or not b:
+                continue
+            t = welch_t(a, b)
+            cells.append(f"{name} {statistics.fmean(a):.3g} / {statistics.fmean(b):.3g}, "
+                         f"{statistics.fmean(a) - statistics.fmean(b):+.3g}, t {t:+.2f}")
+            if not math.isnan(t):
+                ts.append((t, f"{run} {agent} {name}"))
+        seeds = f"{len(ours[(run, agent, 'kl')])} / {len(theirs[(run, agent, 'kl')])} seeds"
+        lines.append(f"  {run} {agent} ({seeds}): " + "; ".join(cells))
+    if ts:
+        t, where = max(ts, key=lambda item: abs(item[0]))
+        lines.append(f"largest |t|: {abs(t):.2f} ({where}) of {len(ts)}; |t| > 2 in {sum(abs(x) > 2 for x, _ in ts)}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("first", type=Path, help="a profile's outputs folder, e.g. outputs/default")
+    parser.add_argument("second", type=Path, help="the other run's outputs folder")
+    parser.add_argument("--finals", action="store_true", help="also compare the runs' final values (see above)")
+    parser.add_argument("--last-n", type=int, default=10, help="iterations a final value averages (default 10, the "
+                                                                "default profile's report.last_n)")
+    args = parser.parse_args(argv)
+    check_outputs([args.first, args.second], "compare_runs")
+    print("\n".join(compare(args.first, args.second)))
+    if args.finals:
+        print("\n".join(compare_finals(args.first, args.second, args.last_n)))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
