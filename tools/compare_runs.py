@@ -8,22 +8,23 @@ the same to the last digit. A run that one folder has not finished (fewer iterat
 iterations both have. Prints one line per group (runs compared, how many repeat) and, for each run that does not,
 the first iteration and column where the two part and by how much. Exits 0 either way: it reports, it does not judge.
 
-    python -m tools.compare_runs outputs/default <other outputs folder> --finals [--last-n 10]
+    python -m tools.compare_runs outputs/default <other outputs folder> --finals [--last-n N]
 
 also compares what the runs end at, for two runs that do not repeat (another GPU's rounding, another commit): per run
-and agent, the seeds' mean final task reward and KL (each seed's mean over its last `--last-n` iterations, as the
-report's finals) in each folder, their difference and Welch's t (the difference over its standard error from the two
-folders' seed variances), and the largest |t| of all. Two draws of the same experiment give |t| mostly below 2, but at
-3 seeds t has as few as 2 degrees of freedom and heavy tails: two repros of one commit on one kind of GPU, whose math
-runs part on the GPU's rounding, had one |t| of 7.7 among 56. A repro's seeds share its base models and reward model,
-so where those were trained anew (on another GPU) the standard error leaves their variation out, and a run on a base
-model that came out differently shows as a large |t| across all its seeds.
+and agent, the seeds' mean final task reward and KL (each seed's mean over its last `--last-n` iterations, by default
+the params' report.last_n, as the report's finals) in each folder, their difference and Welch's t (the difference over
+its standard error from the two folders' seed variances), and the largest |t| of all. Two draws of the same experiment
+give |t| mostly below 2, but at 3 seeds t has as few as 2 degrees of freedom and heavy tails: two repros of one commit
+on one kind of GPU, whose math runs part on the GPU's rounding, had one |t| of 7.7 among 56. A repro's seeds share its
+base models and reward model, so where those were trained anew (on another GPU) the standard error leaves their
+variation out, and a run on a base model that came out differently shows as a large |t| across all its seeds.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import math
 import statistics
 from pathlib import Path
@@ -33,6 +34,7 @@ from tools.score_runs import check_outputs
 TIMING = "timing/"
 
 
+@functools.cache  # --finals reads each history again: once from disk
 def history(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -79,17 +81,19 @@ QUANTITIES = (("task_reward", "task reward"), ("kl", "KL"))
 
 
 def final_values(outputs: Path, last_n: int) -> dict[tuple[str, str, str], list[float]]:
-    """{(group/run, agent, quantity): each seed's final value}, a final value being the mean of a seed's last
-    `last_n` logged iterations."""
+    """{(group/run, agent, quantity): each seed's final value, as the report computes it (`final_value`: the mean of
+    the last `last_n` logged iterations)}."""
+    from cory.report.curves import final_value
+
     finals: dict[tuple[str, str, str], list[float]] = {}
     for path in sorted((outputs / "runs").glob("*/*/seed*/history.csv")):
-        rows = history(path)[-last_n:]
+        rows = history(path)
         run = str(path.parent.parent.relative_to(outputs / "runs"))
         for agent in ("llm1", "llm2"):
             for column, _ in QUANTITIES:
                 values = [float(row[f"{agent}/{column}"]) for row in rows if row.get(f"{agent}/{column}")]
                 if values:
-                    finals.setdefault((run, agent, column), []).append(statistics.fmean(values))
+                    finals.setdefault((run, agent, column), []).append(final_value(values, last_n))
     return finals
 
 
@@ -115,9 +119,8 @@ def compare_finals(first: Path, second: Path, last_n: int) -> list[str]:
             a, b = ours.get((run, agent, column)), theirs.get((run, agent, column))
             if not a or not b:
                 continue
-            t = welch_t(a, b)
-            cells.append(f"{name} {statistics.fmean(a):.3g} / {statistics.fmean(b):.3g}, "
-                         f"{statistics.fmean(a) - statistics.fmean(b):+.3g}, t {t:+.2f}")
+            t, mean_a, mean_b = welch_t(a, b), statistics.fmean(a), statistics.fmean(b)
+            cells.append(f"{name} {mean_a:.3g} / {mean_b:.3g}, {mean_a - mean_b:+.3g}, t {t:+.2f}")
             if not math.isnan(t):
                 ts.append((t, f"{run} {agent} {name}"))
         seeds = f"{len(ours[(run, agent, 'kl')])} / {len(theirs[(run, agent, 'kl')])} seeds"
@@ -133,12 +136,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("first", type=Path, help="a profile's outputs folder, e.g. outputs/default")
     parser.add_argument("second", type=Path, help="the other run's outputs folder")
     parser.add_argument("--finals", action="store_true", help="also compare the runs' final values (see above)")
-    parser.add_argument("--last-n", type=int, default=10, help="iterations a final value averages (default 10, the "
-                                                                "default profile's report.last_n)")
+    parser.add_argument("--last-n", type=int, help="iterations a final value averages (default: the params' "
+                                                   "report.last_n, as the report)")
     args = parser.parse_args(argv)
     check_outputs([args.first, args.second], "compare_runs")
     print("\n".join(compare(args.first, args.second)))
     if args.finals:
+        if args.last_n is None:
+            from pipeline.params import load_params
+
+            args.last_n = load_params().report.last_n  # params.yaml, or $CORY_PARAMS
         print("\n".join(compare_finals(args.first, args.second, args.last_n)))
 
 
