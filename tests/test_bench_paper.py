@@ -87,17 +87,23 @@ def test_combine_takes_each_run_from_a_measurement_of_its_own_shape(standin_para
     assert result["projection"]["seconds"] == pytest.approx(sum(result["projection"]["per_run_seconds"].values()))
 
 
+def decode_rows(standin_params, monkeypatch, capsys, *args: str) -> list[str]:
+    """The rows benchmark.decode prints for `args` on the tiny stand-ins, one call each, 5 tokens a response."""
+    from benchmark import decode
+
+    monkeypatch.setenv("CORY_PARAMS", str(standin_params[0]))
+    settings = [*SMALL, "ppo.generation.response_length=[5, 5]"]
+    decode.main([*args, "--calls", "1", "--warmup", "0", *[a for s in settings for a in ("--set", s)]])
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+
+
 def test_benchmark_decode_samples_with_a_loaded_runs_first_agent(standin_params, monkeypatch, capsys):
     """benchmark.decode on a run whose base model has a source: the stand-in is loaded and the run's Trainer built,
     one graph row per cache length and one with the LoRA adapters off; a run without adapters refuses that row."""
     from benchmark import decode
 
-    path, _ = standin_params
-    monkeypatch.setenv("CORY_PARAMS", str(path))
-    settings = [*SMALL, "ppo.generation.response_length=[5, 5]"]
-    decode.main(["--group", "math", "--run", "cory", "--rows", "graph", "--calls", "1", "--warmup", "0",
-                 "--cache-lengths", "0", "64", "--adapters-off", *[a for s in settings for a in ("--set", s)]])
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    rows = decode_rows(standin_params, monkeypatch, capsys, "--group", "math", "--run", "cory", "--rows", "graph",
+                       "--cache-lengths", "0", "64", "--adapters-off")
     assert [row.split("]")[0] for row in rows] == [
         "[cache: graph, cuDNN attention, cache_length 0", "[cache: graph, cuDNN attention, cache_length 64",
         "[cache: graph, cuDNN attention, cache_length 0, adapters off"]
@@ -113,13 +119,7 @@ def test_benchmark_decode_samples_with_a_loaded_runs_first_agent(standin_params,
 def test_benchmark_decode_samples_with_the_gpt2_large_runs_pioneer(standin_params, monkeypatch, capsys):
     """The GPT-2 Large PPO run (full fine-tuning, the reward model a stand-in too) through benchmark.decode: each way
     of decoding samples its tokens, as paper_speed_bench.sh's gpt2sampler part asks of it on the GPU."""
-    from benchmark import decode
-
-    path, _ = standin_params
-    monkeypatch.setenv("CORY_PARAMS", str(path))
-    settings = [*SMALL, "ppo.generation.response_length=[5, 5]"]
-    decode.main(["--group", "imdb", "--run", "ppo", "--rows", "dynamic", "graph", "--calls", "1", "--warmup", "0",
-                 *[a for s in settings for a in ("--set", s)]])
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    rows = decode_rows(standin_params, monkeypatch, capsys, "--group", "imdb", "--run", "ppo", "--rows", "dynamic",
+                       "graph")
     assert [row.split("]")[0].split(",")[0] for row in rows] == ["[cache: dynamic", "[cache: graph"]
     assert all("ms per step), 5 tokens" in row for row in rows)
