@@ -15,7 +15,8 @@
 # iteration under torch.profiler, its top kernels and host operators printed; "sampler": one pioneer sampling call of
 # the fast 7B PPO run, benchmark/decode.py, at two cache lengths, each call's busiest kernels printed; "gpt2sampler":
 # one sampling call of the GPT-2 Large PPO run's stand-in, each way of decoding, its busiest kernels; "imdb": the
-# GPT-2 runs the projection times, PPO and CORY on GPT-2 Large and PPO on GPT-2 XL, at the profile's settings); UB the
+# GPT-2 runs the projection times, PPO and CORY on GPT-2 Large and PPO on GPT-2 XL, at the profile's settings;
+# "imdbfast": the same runs on bf16 weights, then with regional compilation too); UB the
 # update's pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their
 # benchmark.paper.
 set -uo pipefail
@@ -59,13 +60,24 @@ for part in $PARTS; do
         --offline-data --device cuda || exit 1
       python3 -m pipeline.profile paper_standins || exit 1
       python3 -m benchmark.decode --group imdb --run ppo --calls 3 --warmup 2 --kernels 25 ;;
-    imdb)  # the sentiment task's GPT-2 runs at the profile's settings, for benchmark.paper's projection
+    imdb|imdbfast)  # the sentiment task's GPT-2 runs, for benchmark.paper's projection: at the profile's settings
+      # (imdb); on bf16 weights with the vocabulary passes compiled and the head aligned, then with regional
+      # compilation as well (imdbfast)
       python3 -m tools.build_standins standins --only gpt2-large gpt2-xl distilbert-imdb --profile paper_standins \
         --offline-data --device cuda || exit 1
       python3 -m pipeline.profile paper_standins || exit 1
-      python3 -m benchmark.paper --only imdb/ppo imdb/cory imdb/ppo_2x --warmup 2 --iterations 3 \
-        --out bench/imdb_profile.json
-      show bench/imdb_profile.json ;;
+      IMDB=(--only imdb/ppo imdb/cory imdb/ppo_2x --warmup 2 --iterations 3)
+      BF16=(--set ppo.speed.bf16_weights=true --set ppo.speed.fused_vocab=true --set ppo.speed.align_head=true)
+      if [[ $part == imdb ]]; then
+        python3 -m benchmark.paper "${IMDB[@]}" --out bench/imdb_profile.json
+        show bench/imdb_profile.json
+      else
+        python3 -m benchmark.paper "${IMDB[@]}" "${BF16[@]}" --out bench/imdb_bf16.json
+        show bench/imdb_bf16.json
+        python3 -m benchmark.paper "${IMDB[@]}" "${BF16[@]}" --set ppo.speed.compile=regional \
+          --out bench/imdb_bf16_regional.json
+        show bench/imdb_bf16_regional.json
+      fi ;;
     profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
       python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
       show bench/math_profile.json ;;
