@@ -10,7 +10,7 @@ GPU memory, and the projected wall time of the whole profile (docs/scale.md).
 For every run of every experiment group of the params (one eta of a sweep stands for all of them: the coefficient
 does not change the cost), each in a process of its own, it loads the run's base model as its
 `base_models.<name>.source` names it (a stand-in folder or a hub name; no pipeline stage runs first) and the reward
-model likewise, builds the run's Trainer with its resolved train config, and times `--iterations` iterations after
+model likewise (a GGUF source converted as the base_models stage converts it), builds the run's Trainer with its resolved train config, and times `--iterations` iterations after
 one warm-up iteration on queries of the task's kind (IMDB-like word openings; math problems from cory.tasks.mathgen
 with 1-token gold answers). Random weights rarely end an
 answer early, so every response runs to its drawn length: an upper bound on a trained model's time.
@@ -26,10 +26,12 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from benchmark.common import dotted_settings, profile_iteration, queries_of, with_settings
+from pipeline.sections import GGUF
 
 
 def plan(params, only: list[str]) -> list[tuple[str, str, object]]:
@@ -49,12 +51,29 @@ def plan(params, only: list[str]) -> list[tuple[str, str, object]]:
 
 
 def source_of(params, name: str | None) -> str | None:
-    """A base model or `reward` as its params source names it (a folder or a hub name)."""
+    """A base model or `reward` as its params source names it (a folder or a hub name; a GGUF file's name for a model
+    converted from one)."""
     if name is None:
         return None
     if name == "reward":
         return params.reward_model.source
-    return params.base_models[name].source if name in params.base_models else name
+    if name not in params.base_models:
+        return name
+    cfg = params.base_models[name]
+    return cfg.gguf.file if cfg.source == GGUF else cfg.source
+
+
+def model_folder(params, name: str, folder: Path) -> str:
+    """Where to load base model `name` from: its source, or for a GGUF source the model converted from its file (as the
+    base_models stage converts it, pipeline.base_models) and saved in `folder`."""
+    cfg = params.base_models.get(name)
+    if cfg is None or cfg.source != GGUF:
+        return source_of(params, name)
+    from cory.hf import save_model
+    from pipeline.base_models import load_gguf_model
+
+    save_model(*load_gguf_model(name, cfg), folder)
+    return str(folder)
 
 
 def load_run(job, params, overrides: dict, device: str):
@@ -68,11 +87,12 @@ def load_run(job, params, overrides: dict, device: str):
     from cory.rl.trainer import Trainer
 
     train = with_settings(job.train, overrides)
-    model = source_of(params, job.model)
-    torch.manual_seed(0)
-    lm = load_lm(model, device, train.load_in_4bit)
+    with tempfile.TemporaryDirectory(prefix="bench_model_") as scratch:  # a converted model's folder, while it loads
+        model = model_folder(params, job.model, Path(scratch))
+        torch.manual_seed(0)
+        lm = load_lm(model, device, train.load_in_4bit)
+        tokenizer = load_tokenizer(model)
     total = sum(p.numel() for p in lm.parameters())
-    tokenizer = load_tokenizer(model)
     if job.task.reward == "sentiment":
         reward = build_reward("sentiment", model_name_or_path=source_of(params, job.task.reward_model), device=device)
     else:

