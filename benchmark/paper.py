@@ -16,8 +16,9 @@ with 1-token gold answers). Random weights rarely end an
 answer early, so every response runs to its drawn length: an upper bound on a trained model's time.
 
 The JSON written to --out holds, per run: model, parameters (total, trainable), batch size, seconds per iteration
-and its split, peak GPU memory; and the projection: every run x its seeds (x the etas of a sweep) x train.iterations,
-one after another (runtime.workers 1, as the paper profile has it).
+and its split, peak GPU memory, its start (loading the models, and what the warm-up iterations took beyond warm ones:
+compiling); and the projection: every run x its seeds (x the etas of a sweep) x train.iterations, one after another
+(runtime.workers 1, as the paper profile has it), and the same with each run's start once per run x seed (x eta).
 """
 
 from __future__ import annotations
@@ -107,21 +108,28 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
     trainer, total = load_run(job, params, overrides, device)
+    load_seconds = time.perf_counter() - started
     train, model = trainer.cfg, source_of(params, job.model)
     trainable = sum(p.numel() for agent in trainer.agents for p in agent.parameters())
     queries, answers = queries_of(job.task.reward, train.ppo.queries_per_batch)
-    timings = []
+    timings, warmup_seconds = [], 0.0
     for it in range(warmup + iterations):  # warm-up first (allocator, kernels, compilation)
         metrics = trainer.step(queries, answers)
         if it >= warmup:
             timings.append({k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")})
+        else:
+            warmup_seconds += metrics["timing/iteration"]
     seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
+    # what a run pays once: loading its models, and what its first iterations take beyond a warm one (compiling the
+    # decoding step and the passes, the allocator's first blocks)
+    startup = load_seconds + max(0.0, warmup_seconds - warmup * seconds["iteration"])
     if profile and device == "cuda":  # one more iteration under the profiler, printed (not in the JSON)
         print(profile_iteration(lambda: trainer.step(queries, answers), seconds["iteration"]), flush=True)
     return {**cost_fields(model, train), "params_total": total, "params_trainable": trainable,
             "iterations_timed": iterations, "warmup_iterations": warmup, "seconds_per_iteration": seconds["iteration"],
-            "split": {k: v for k, v in seconds.items() if k != "iteration"},
+            "split": {k: v for k, v in seconds.items() if k != "iteration"}, "startup_seconds": startup,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "train_iterations": train.iterations}
 
@@ -180,15 +188,30 @@ def combine(params, files: list[str], only: list[str]) -> dict[str, dict]:
 
 
 def projection(params, runs: dict[str, dict]) -> dict:
-    """Wall time of every run x seed (x eta) x train.iterations, one after another."""
-    total, parts = 0.0, {}
+    """Wall time of every run x seed (x eta) x train.iterations, one after another; and with each run's start
+    (`startup_seconds`: loading, compiling) once per run x seed (x eta), where every run measured it (files written
+    before it was measured lack it: `startup_not_measured`)."""
+    total, parts, startup, lacking = 0.0, {}, 0.0, []
     for key, result in runs.items():
         exp = params.experiments[key.split("/")[0]]
         repeats = len(exp.seeds_of(params.seeds)) * max(1, len(exp.sweep_eta))
         parts[key] = repeats * result["train_iterations"] * result["seconds_per_iteration"]
         total += parts[key]
-    return {"seconds": total, "hours": total / 3600, "per_run_seconds": parts,
+        if "startup_seconds" in result:
+            startup += repeats * result["startup_seconds"]
+        else:
+            lacking.append(key)
+    with_startup = None if lacking else (total + startup) / 3600
+    return {"seconds": total, "hours": total / 3600, "per_run_seconds": parts, "startup_seconds": startup,
+            "hours_with_startup": with_startup, "startup_not_measured": lacking,
             "assumes": "runs one after another (runtime.workers 1), every response at its drawn length"}
+
+
+def projected(p: dict) -> str:
+    """A projection in words: its hours, then with the runs' starts where each run measured its own."""
+    starts = (f"{p['hours_with_startup']:.1f} h with each run's start" if p["hours_with_startup"] is not None else
+              f"the start not measured for {len(p['startup_not_measured'])} of them")
+    return f"projected {p['hours']:.1f} h ({starts})"
 
 
 def main(argv: list[str]) -> None:
@@ -219,7 +242,7 @@ def main(argv: list[str]) -> None:
                   "projection": projection(params, runs), "not_measured": missing}
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"bench_paper: {len(runs)} runs ({sum('estimated_from' in r for r in runs.values())} estimated from a "
-              f"run of the same shape), {len(missing)} not measured; projected {result['projection']['hours']:.1f} h; "
+              f"run of the same shape), {len(missing)} not measured; {projected(result['projection'])}; "
               f"wrote {out}")
         return
     overrides = dotted_settings(args.set)
@@ -239,7 +262,8 @@ def main(argv: list[str]) -> None:
         else:
             peak = f", peak {r['peak_gpu_gib']:.1f} GiB" if r["peak_gpu_gib"] is not None else ""
             print(f"bench_paper: {group}/{run}: {r['seconds_per_iteration']:.2f} s/it "
-                  f"({', '.join(f'{k} {v:.2f}' for k, v in r['split'].items())}){peak}; "
+                  f"({', '.join(f'{k} {v:.2f}' for k, v in r['split'].items())}){peak}, start "
+                  f"{r['startup_seconds']:.0f} s; "
                   f"{r['params_total']:,} params, {r['params_trainable']:,} trainable "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
         measured = {key: value for key, value in runs.items() if "error" not in value}
@@ -247,7 +271,7 @@ def main(argv: list[str]) -> None:
                   "overrides": args.set, "runs": runs, "projection": projection(params, measured),
                   "not_measured": sorted(set(runs) - set(measured))}
         out.write_text(json.dumps(result, indent=2) + "\n")  # after every run: a stopped bench keeps what it measured
-    print(f"bench_paper: projected {result['projection']['hours']:.1f} h for the runs measured "
+    print(f"bench_paper: {projected(result['projection'])} for the runs measured "
           f"({len(result['not_measured'])} failed); wrote {out}")
     if result["not_measured"]:
         raise SystemExit(f"bench_paper: {', '.join(result['not_measured'])} failed (see {out})")

