@@ -47,7 +47,7 @@ def pioneer(params, job, overrides: dict, work: Path):
 
             lm = bf16_copy(lm)  # the agents sample on their bf16 copies, without autocast
         return cfg, lm, tokenizer, queries
-    trainer, _ = load_run(job, params, overrides, device())
+    trainer, _, _ = load_run(job, params, overrides, device())
     agent = trainer.agents[0]
     agent.activate()
     return trainer.cfg, agent.compute_lm, trainer.tokenizer, queries_of(job.task.reward,

@@ -78,8 +78,9 @@ def model_folder(params, name: str, folder: Path) -> str:
 
 
 def load_run(job, params, overrides: dict, device: str):
-    """(Trainer, its base model's parameter count) of one run: its base model loaded as its `source` names it, its
-    reward model likewise, its resolved train config with `overrides` (a nested dict of train settings) over it."""
+    """(Trainer, its base model's parameter count, seconds spent converting a GGUF model) of one run: its base model
+    loaded as its `source` names it, its reward model likewise, its resolved train config with `overrides` (a nested
+    dict of train settings) over it. The conversion is the base_models stage's work, once, not a run's."""
     import torch
 
     from cory.runs.run import load_lm
@@ -89,7 +90,9 @@ def load_run(job, params, overrides: dict, device: str):
 
     train = with_settings(job.train, overrides)
     with tempfile.TemporaryDirectory(prefix="bench_model_") as scratch:  # a converted model's folder, while it loads
+        started = time.perf_counter()
         model = model_folder(params, job.model, Path(scratch))
+        converting = time.perf_counter() - started if model != source_of(params, job.model) else 0.0
         torch.manual_seed(0)
         lm = load_lm(model, device, train.load_in_4bit)
         tokenizer = load_tokenizer(model)
@@ -98,7 +101,7 @@ def load_run(job, params, overrides: dict, device: str):
         reward = build_reward("sentiment", model_name_or_path=source_of(params, job.task.reward_model), device=device)
     else:
         reward = build_reward("math")
-    return Trainer(train, lm, tokenizer, reward, seed=0), total
+    return Trainer(train, lm, tokenizer, reward, seed=0), total, converting
 
 
 def measure(job, params, iterations: int, overrides: dict, device: str, profile: bool = False,
@@ -109,8 +112,8 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    trainer, total = load_run(job, params, overrides, device)
-    load_seconds = time.perf_counter() - started
+    trainer, total, converting = load_run(job, params, overrides, device)
+    load_seconds = time.perf_counter() - started - converting
     train, model = trainer.cfg, source_of(params, job.model)
     trainable = sum(p.numel() for agent in trainer.agents for p in agent.parameters())
     queries, answers = queries_of(job.task.reward, train.ppo.queries_per_batch)
