@@ -7,13 +7,13 @@ GPU memory, and the projected wall time of the whole profile (docs/scale.md).
                                   [--out reports/paper/scale.json]
     python -m benchmark.paper --combine A.json B.json ... [--out ...]   # merge earlier measurements (no GPU)
 
-For every run of every experiment group of the params (one eta of a sweep stands for all of them: the coefficient
-does not change the cost), each in a process of its own, it loads the run's base model as its
-`base_models.<name>.source` names it (a stand-in folder or a hub name; no pipeline stage runs first) and the reward
-model likewise (a GGUF source converted as the base_models stage converts it), builds the run's Trainer with its resolved train config, and times `--iterations` iterations after
-one warm-up iteration on queries of the task's kind (IMDB-like word openings; math problems from cory.tasks.mathgen
-with 1-token gold answers). Random weights rarely end an
-answer early, so every response runs to its drawn length: an upper bound on a trained model's time.
+For every run of every experiment group of the params (one eta of a sweep stands for all of them: the coefficient does
+not change the cost), each in a process of its own, it loads the run's base model as its `base_models.<name>.source`
+names it (a stand-in folder, a hub name, or a GGUF file, converted as the base_models stage converts it; no pipeline
+stage runs first) and the reward model likewise, builds the run's Trainer with its resolved train config, and times
+`--iterations` iterations after one warm-up iteration on queries of the task's kind (IMDB-like word openings; math
+problems from cory.tasks.mathgen with 1-token gold answers). Random weights rarely end an answer early, so every
+response runs to its drawn length: an upper bound on a trained model's time.
 
 The JSON written to --out holds, per run: model, parameters (total, trainable), batch size, seconds per iteration
 and its split, peak GPU memory, its start (loading the models, and what the warm-up iterations took beyond warm ones:
