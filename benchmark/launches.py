@@ -41,14 +41,12 @@ def launches(lm, batch: int, tokens: int) -> int:
     return sum(e.count for e in prof.key_averages() if e.key.startswith("aten::") and e.key not in NO_LAUNCH)
 
 
-def load(name: str):
+def load(name: str, params):
     """A base model of the params by name, else a model folder."""
     from transformers import AutoModelForCausalLM
 
     from benchmark.paper import model_folder
-    from pipeline.params import load_params
 
-    params = load_params()
     if name not in params.base_models:
         return AutoModelForCausalLM.from_pretrained(name)
     with tempfile.TemporaryDirectory(prefix="launches_") as scratch:
@@ -67,7 +65,11 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if not args.model and not args.gpt2:
         parser.error("name at least one --model or --gpt2")
-    models = [(name, lambda name=name: load(name)) for name in args.model]
+    if args.model:
+        from pipeline.params import load_params
+
+        params = load_params()  # params.yaml, or $CORY_PARAMS
+    models = [(name, lambda name=name: load(name, params)) for name in args.model]
     models += [(f"gpt2 {layers}x{width}, {heads} heads, vocab {vocab}",
                 lambda shape=(layers, width, heads, vocab): GPT2LMHeadModel(GPT2Config(
                     n_layer=shape[0], n_embd=shape[1], n_head=shape[2], vocab_size=shape[3])))

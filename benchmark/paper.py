@@ -91,8 +91,8 @@ def load_run(job, params, overrides: dict, device: str):
     train = with_settings(job.train, overrides)
     with tempfile.TemporaryDirectory(prefix="bench_model_") as scratch:  # a converted model's folder, while it loads
         started = time.perf_counter()
-        model = model_folder(params, job.model, Path(scratch))
-        converting = time.perf_counter() - started if model != source_of(params, job.model) else 0.0
+        model = model_folder(params, job.model, Path(scratch))  # converts a GGUF file; else returns at once
+        converting = time.perf_counter() - started
         torch.manual_seed(0)
         lm = load_lm(model, device, train.load_in_4bit)
         tokenizer = load_tokenizer(model)

@@ -19,6 +19,11 @@ SMALL = ["load_in_4bit=false", "ppo.speed.dequantize_4bit=false", "ppo.speed.upd
 """The paper runs made small enough for a CPU: full precision, 4 episodes, a few tokens."""
 
 
+def set_args(settings: list[str]) -> list[str]:
+    """Each setting as a benchmark's --set argument."""
+    return [arg for item in settings for arg in ("--set", item)]
+
+
 @pytest.fixture(scope="module")
 def standin_params(tmp_path_factory):
     root = tmp_path_factory.mktemp("standins")
@@ -34,7 +39,7 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     monkeypatch.setenv("CORY_PARAMS", str(path))
     out = tmp_path / "scale.json"
     bench_paper.main(["--iterations", "1", "--only", "imdb/ppo", "math/cory", "--out", str(out),
-                      *[arg for item in SMALL for arg in ("--set", item)]])
+                      *set_args(SMALL)])
     result = json.loads(out.read_text())
     assert result["profile"] == "paper" and set(result["runs"]) == {"imdb/ppo", "math/cory"}
     ppo, cory = result["runs"]["imdb/ppo"], result["runs"]["math/cory"]
@@ -67,7 +72,7 @@ def test_a_run_on_a_gguf_model_is_timed_on_the_model_converted_from_its_file(sta
     monkeypatch.setenv("CORY_PARAMS", str(path))
     out = tmp_path / "scale.json"
     bench_paper.main(["--iterations", "1", "--warmup", "0", "--only", "imdb_smollm2/ppo", "--out", str(out),
-                      *[arg for item in SMALL for arg in ("--set", item)]])
+                      *set_args(SMALL)])
     run = json.loads(out.read_text())["runs"]["imdb_smollm2/ppo"]
     assert run["model"] == params["base_models"]["smollm2"]["gguf"]["file"]
     assert run["params_total"] == 134_515_008 and run["params_trainable"] == run["params_total"] + 577  # + value head
@@ -118,7 +123,7 @@ def decode_rows(standin_params, monkeypatch, capsys, *args: str) -> list[str]:
 
     monkeypatch.setenv("CORY_PARAMS", str(standin_params[0]))
     settings = [*SMALL, "ppo.generation.response_length=[5, 5]"]
-    decode.main([*args, "--calls", "1", "--warmup", "0", *[a for s in settings for a in ("--set", s)]])
+    decode.main([*args, "--calls", "1", "--warmup", "0", *set_args(settings)])
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
 
 
