@@ -309,9 +309,11 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
 
     A call that ran out of GPU memory (`out_of_memory`) beside others is not final: its pool then runs one call fewer
     at once (as many as still run), and the call starts again, before any call not yet started, as soon as one of
-    them ends (the train stage's runs continue from their last checkpoint). Out of memory alone is final. Once no
-    call that ran out of memory waits or runs, the pool runs as many at once as it did at first: the calls that did
-    not fit beside the others were the ones the lower limit made room for. Each call runs under
+    them ends (the train stage's runs continue from their last checkpoint), but only while no other call that ran out
+    of memory runs again: those are the large calls, and two of them started again together run out of memory beside
+    each other again, while the calls not yet started keep the pool's other places. Out of memory alone is final.
+    Once no call that ran out of memory waits or runs, the pool runs as many at once as it did at first: the calls
+    that did not fit beside the others were the ones the lower limit made room for. Each call runs under
     `release_memory_after`, so an ended call's memory is the GPU's again, not its idle worker's. So a GPU smaller
     than the one a profile's `runtime.workers` was chosen for costs some time, not runs, and a long call that did not
     fit at first does not wait for every other call to end.
@@ -335,9 +337,17 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
         def in_flight(lane: Lane) -> int:
             return sum(1 for _, of in running.values() if of is lane)
 
+        def running_again(lane: Lane) -> bool:
+            return any(name in lane.short for name, of in running.values() if of is lane)
+
         def fill(lane: Lane) -> None:
-            while in_flight(lane) < lane.limit and (lane.again or lane.queue):
-                name = lane.again.pop(0) if lane.again else lane.queue.popleft()
+            while in_flight(lane) < lane.limit:
+                if lane.again and not running_again(lane):
+                    name = lane.again.pop(0)
+                elif lane.queue:
+                    name = lane.queue.popleft()
+                else:
+                    break
                 function, args = calls[name]
                 running[lane.pool.submit(release_memory_after, function, *args)] = (name, lane)
 

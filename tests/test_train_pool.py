@@ -290,37 +290,39 @@ class FakeGPU:
                 self.changed.notify_all()
 
 
-def test_calls_that_ran_out_of_gpu_memory_run_again_fewer_at_once(monkeypatch, capsys):
+def test_calls_that_ran_out_of_gpu_memory_run_again_fewer_at_once_and_one_at_a_time(monkeypatch, capsys):
     """A GPU where b fits beside at most one other call and c only alone: each call that ran out of memory beside
-    others starts again as soon as one of them ends, before the calls not yet started, and its pool runs one fewer
-    at once from then on; every call ends, and nothing is said to have failed."""
+    others starts again as soon as one of them ends, before the calls not yet started, but not while another call
+    that ran out of memory runs again (c waits while b runs again, and e takes the place d leaves); the pool runs
+    one fewer at once after each; every call ends, and nothing is said to have failed."""
     import threading
 
     gpu = FakeGPU(monkeypatch, {"b": 2, "c": 1}, first_wave=4)
-    for name in "ef":
-        gpu.ends(name)
 
     def releaser():
         gpu.failed("b", 1), gpu.failed("c", 1)
         gpu.ends("a")  # b again, beside d only: it fits
         gpu.when("b", 2)
-        gpu.ends("d")  # c again, beside b: out of memory again
+        gpu.ends("d")  # b runs again: c waits, e starts
+        gpu.when("e", 1)
+        gpu.ends("b")  # c again, beside e: out of memory again
         gpu.failed("c", 2)
-        gpu.ends("b")  # c alone
+        gpu.ends("e")  # c alone
         gpu.when("c", 3)
         gpu.ends("c")
+        gpu.when("f", 1)
+        gpu.ends("f")
 
     threading.Thread(target=releaser, daemon=True).start()
     results, failed = sharing.run_at_once({n: (gpu.unit, (n,)) for n in "abcdef"}, 4, [], False, "train")
     assert sorted(results) == list("abcdef") and failed == {}
     names = [name for name, _ in gpu.tries]
     assert set(names[:4]) == set("abcd")  # 4 at once: b and c out of memory
-    assert names.index("b", names.index("b") + 1) < names.index("e")  # b again before e's first start
-    assert names.count("b") == 2 and names.count("c") == 3  # c also beside b (out of memory again), then alone
-    assert [n for name, n in gpu.tries if name == "c"][2] == 1 and names.index("e") > len(names) - 3
+    assert names[4:] == ["b", "e", "c", "c", "f"]  # b again before e's first start; c not beside the restarted b
+    assert [n for name, n in gpu.tries if name == "c"][1:] == [2, 1]  # beside e (out of memory again), then alone
     said = capsys.readouterr().out
     assert "[train] b ran out of GPU memory: OutOfMemoryError: CUDA out of memory." in said
-    assert "again once one of the" in said and "FAILED" not in said
+    assert said.count("again once one of the") == 3 and "FAILED" not in said
 
 
 def test_once_every_call_that_ran_out_of_memory_has_ended_the_pool_runs_as_many_at_once_again(monkeypatch, capsys):
