@@ -183,6 +183,24 @@ def test_an_aligned_lm_head_gives_the_same_logits_and_gradients_and_keeps_the_we
     assert align_lm_head(copy.deepcopy(aligned)) is False and isinstance(copy.deepcopy(aligned).lm_head, AlignedLMHead)
 
 
+def test_an_aligned_lm_head_multiplies_a_contiguous_copy_of_a_strided_input(monkeypatch):
+    """The prompt pass keeps one position's logits (logits_to_keep=1), a strided slice of the hidden states: the
+    aligned head hands cuBLAS a contiguous copy of it, and the logits are those of the plain layer."""
+    import copy
+
+    from cory.rl import kernels
+
+    plain = tiny_lm()
+    aligned = copy.deepcopy(plain)
+    kernels.align_lm_head(aligned)
+    seen, linear = [], torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, *rest: seen.append(x.is_contiguous()) or linear(x, *rest))
+    ids = torch.randint(0, 14, (3, 5), generator=torch.Generator().manual_seed(0))
+    logits = [lm(input_ids=ids, logits_to_keep=1).logits for lm in (plain, aligned)]
+    torch.testing.assert_close(logits[1], logits[0], rtol=1e-6, atol=1e-6)
+    assert seen[-1] is True and False in seen  # the plain head's last call had the strided slice; the aligned head's not
+
+
 def test_align_lm_head_leaves_a_vocabulary_of_64_multiple_alone():
     from cory.rl.kernels import align_lm_head
 
