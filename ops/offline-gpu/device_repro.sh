@@ -37,7 +37,8 @@
 # nothing too and its times compare with the first's.) The default profile's two repros took 840 s and over 740 s on
 # one H200 (2026-12-03): with the machine's start and the wheels' calls about 31 minutes of GPU time, so where less is
 # lent, run the second as a later job of the same commit, or `follow` it to keep what it reached. On one 80 GB H100 one
-# repro took 1609 s (2026-12-06; the SmolLM2 runs wait for room there): start, wait 530, then follow 540 twice.
+# repro took 1609 s and 1649 s (2026-12-06; the SmolLM2 runs wait for room there): start, wait 530, then follow 540
+# twice.
 # Each call gets a fresh copy of the working tree, which deletes files that git neither tracks nor ignores (dvc.lock,
 # the log), so the run happens in a copy outside it, $WORK.
 # Two background jobs can share one machine: TAG names each (default "repro": WORK=/root/cory-repro, $OUT/repro.log
