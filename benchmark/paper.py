@@ -116,6 +116,7 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     graphs_before, breaks_before = compiled()
+    reasons_before = dict(counters["graph_break"])
     started = time.perf_counter()
     trainer, total, converting = load_run(job, params, overrides, device)
     load_seconds = time.perf_counter() - started - converting
@@ -146,7 +147,9 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
             # what the run compiled (speed.compile, the decoding step, the vocabulary passes): a graph compiled while
             # timed is a recompilation paid in every run, a graph break a compiled region cut in pieces
             "compiled_graphs": graphs - graphs_before, "graphs_compiled_while_timed": graphs - graphs_warm,
-            "graph_breaks": breaks - breaks_before}
+            "graph_breaks": breaks - breaks_before,
+            "graph_break_reasons": {reason[:300]: n - reasons_before.get(reason, 0) for reason, n in
+                                    counters["graph_break"].most_common() if n > reasons_before.get(reason, 0)}}
 
 
 def measure_apart(*args) -> dict:
