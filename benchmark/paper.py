@@ -110,14 +110,13 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
     import torch
     from torch._dynamo.utils import counters
 
-    def compiled() -> tuple[int, int]:  # dynamo's graphs and graph breaks so far in this process
-        return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+    def graphs_so_far() -> int:  # dynamo's graphs compiled in this process
+        return counters["stats"]["unique_graphs"]
 
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    graphs_before, breaks_before = compiled()
-    reasons_before = dict(counters["graph_break"])
+    graphs_before, breaks_before = graphs_so_far(), dict(counters["graph_break"])
     started = time.perf_counter()
     trainer, total, converting = load_run(job, params, overrides, device)
     load_seconds = time.perf_counter() - started - converting
@@ -127,13 +126,13 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
     timings, warmup_seconds = [], 0.0
     for it in range(warmup + iterations):  # warm-up first (allocator, kernels, compilation)
         if it == warmup:
-            graphs_warm = compiled()[0]
+            graphs_warm = graphs_so_far()
         metrics = trainer.step(queries, answers)
         if it >= warmup:
             timings.append({k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")})
         else:
             warmup_seconds += metrics["timing/iteration"]
-    graphs, breaks = compiled()
+    graphs, breaks = graphs_so_far(), break_reasons(counters["graph_break"], breaks_before)
     seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
     # what a run pays once: loading its models, and what its first iterations take beyond a warm one (compiling the
     # decoding step and the passes, the allocator's first blocks)
@@ -148,8 +147,7 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
             # what the run compiled (speed.compile, the decoding step, the vocabulary passes): a graph compiled while
             # timed is a recompilation paid in every run, a graph break a compiled region cut in pieces
             "compiled_graphs": graphs - graphs_before, "graphs_compiled_while_timed": graphs - graphs_warm,
-            "graph_breaks": breaks - breaks_before,
-            "graph_break_reasons": dict(break_reasons(counters["graph_break"], reasons_before).most_common())}
+            "graph_breaks": sum(breaks.values()), "graph_break_reasons": dict(breaks.most_common())}
 
 
 def break_reasons(now: dict, before: dict) -> collections.Counter:
@@ -157,8 +155,8 @@ def break_reasons(now: dict, before: dict) -> collections.Counter:
     stack and a link), counts of reasons alike in those added up."""
     reasons = collections.Counter()
     for reason, n in now.items():
-        if n > before.get(reason, 0):
-            reasons[reason[:300]] += n - before.get(reason, 0)
+        if (added := n - before.get(reason, 0)) > 0:
+            reasons[reason[:300]] += added
     return reasons
 
 
