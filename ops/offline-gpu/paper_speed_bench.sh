@@ -18,7 +18,8 @@
 # GPT-2 runs the projection times, PPO and CORY on GPT-2 Large and PPO on GPT-2 XL, at the profile's settings;
 # "imdbvariants": the same runs on autocast, then with regional compilation; "recompiles": GPT-2 Large PPO with
 # regional compilation, each recompilation's reason logged; "smollm2": the SmolLM2 group's runs; "regional": the
-# GPT-2 Large and SmolLM2 runs without compilation and with regional compilation, in the same call); UB the update's
+# GPT-2 Large and SmolLM2 runs without compilation and with regional compilation, in the same call; "trlshape": our
+# PPO and CORY at benchmark.trl's GPT-2 Large shape without compilation, regional and whole-model); UB the update's
 # pass size of the fast 7B settings, FB their experience's chunk size; FAST_ARGS more arguments of their benchmark.paper.
 set -uo pipefail
 UB=${UB:-8}
@@ -92,6 +93,13 @@ for part in $PARTS; do
         python3 -m benchmark.paper --only imdb/ppo imdb/cory imdb_smollm2/ppo imdb_smollm2/cory --warmup 2 \
           --iterations 3 --set "ppo.speed.compile=$mode" --out "bench/compile_$mode.json"
         show "bench/compile_$mode.json"
+      done ;;
+    trlshape)  # the GPT-2 Large shape of benchmark.trl (batch 256, a fixed 16 new tokens), our PPO and CORY on bf16
+      # weights with the compiled vocabulary passes and aligned head, without compilation, regional and whole-model
+      for mode in false regional true; do
+        python3 -m benchmark.trl --shape gpt2-large --only ppo cory --warmup 2 --iterations 3 --speed bf16_weights=true \
+          --speed "compile=$mode" --speed fused_vocab=true --speed align_head=true --out "bench/trlshape_$mode.json"
+        show "bench/trlshape_$mode.json"
       done ;;
     profile)  # the profile's own settings (4-bit products, 16 passes of 2, transformers' generate) for the ratio
       python3 -m benchmark.paper --only math/ppo --warmup 1 --iterations 1 --out bench/math_profile.json
