@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import random
 from pathlib import Path
 from typing import Any, Callable
@@ -97,3 +98,37 @@ def profile_iteration(step: Callable[[], Any], seconds_per_iteration: float, tra
             f"{1e3 * seconds_per_iteration:.0f} ms per iteration)\n"
             + averages.table(sort_by="cuda_time_total", row_limit=20) + "\n"
             + averages.table(sort_by="self_cpu_time_total", row_limit=20))
+
+
+class CompileCount:
+    """What dynamo compiles in this process from its making on: the graphs, those compiled after `timing_starts()`
+    (a recompilation paid in every timed iteration, so in every run), and the graph breaks by reason (a compiled
+    region cut in pieces)."""
+
+    def __init__(self):
+        from torch._dynamo.utils import counters
+
+        self._counters = counters
+        self._graphs_before = self._graphs_warm = self._graphs()
+        self._breaks_before = dict(counters["graph_break"])
+
+    def _graphs(self) -> int:
+        return self._counters["stats"]["unique_graphs"]
+
+    def timing_starts(self) -> None:
+        self._graphs_warm = self._graphs()
+
+    def fields(self) -> dict:
+        graphs, breaks = self._graphs(), break_reasons(self._counters["graph_break"], self._breaks_before)
+        return {"compiled_graphs": graphs - self._graphs_before, "graphs_compiled_while_timed": graphs - self._graphs_warm,
+                "graph_breaks": sum(breaks.values()), "graph_break_reasons": dict(breaks.most_common())}
+
+
+def break_reasons(now: dict, before: dict) -> collections.Counter:
+    """Dynamo's graph breaks since `before` by reason, each reason cut to its first 300 characters (the rest is a
+    stack and a link), counts of reasons alike in those added up."""
+    reasons = collections.Counter()
+    for reason, n in now.items():
+        if (added := n - before.get(reason, 0)) > 0:
+            reasons[reason[:300]] += added
+    return reasons

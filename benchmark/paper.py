@@ -24,7 +24,6 @@ compiling); and the projection: every run x its seeds (x the etas of a sweep) x 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import statistics
 import sys
@@ -32,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark.common import dotted_settings, profile_iteration, queries_of, with_settings
+from benchmark.common import CompileCount, dotted_settings, profile_iteration, queries_of, with_settings
 from pipeline.sections import GGUF
 
 
@@ -108,15 +107,11 @@ def load_run(job, params, overrides: dict, device: str):
 def measure(job, params, iterations: int, overrides: dict, device: str, profile: bool = False,
             warmup: int = 1) -> dict:
     import torch
-    from torch._dynamo.utils import counters
-
-    def graphs_so_far() -> int:  # dynamo's graphs compiled in this process
-        return counters["stats"]["unique_graphs"]
 
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    graphs_before, breaks_before = graphs_so_far(), dict(counters["graph_break"])
+    compiled = CompileCount()
     started = time.perf_counter()
     trainer, total, converting = load_run(job, params, overrides, device)
     load_seconds = time.perf_counter() - started - converting
@@ -126,13 +121,12 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
     timings, warmup_seconds = [], 0.0
     for it in range(warmup + iterations):  # warm-up first (allocator, kernels, compilation)
         if it == warmup:
-            graphs_warm = graphs_so_far()
+            compiled.timing_starts()
         metrics = trainer.step(queries, answers)
         if it >= warmup:
             timings.append({k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")})
         else:
             warmup_seconds += metrics["timing/iteration"]
-    graphs, breaks = graphs_so_far(), break_reasons(counters["graph_break"], breaks_before)
     seconds = {k: statistics.mean(t[k] for t in timings) for k in timings[0]}
     # what a run pays once: loading its models, and what its first iterations take beyond a warm one (compiling the
     # decoding step and the passes, the allocator's first blocks)
@@ -144,20 +138,8 @@ def measure(job, params, iterations: int, overrides: dict, device: str, profile:
             "split": {k: v for k, v in seconds.items() if k != "iteration"}, "startup_seconds": startup,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "train_iterations": train.iterations,
-            # what the run compiled (speed.compile, the decoding step, the vocabulary passes): a graph compiled while
-            # timed is a recompilation paid in every run, a graph break a compiled region cut in pieces
-            "compiled_graphs": graphs - graphs_before, "graphs_compiled_while_timed": graphs - graphs_warm,
-            "graph_breaks": sum(breaks.values()), "graph_break_reasons": dict(breaks.most_common())}
-
-
-def break_reasons(now: dict, before: dict) -> collections.Counter:
-    """Dynamo's graph breaks since `before` by reason, each reason cut to its first 300 characters (the rest is a
-    stack and a link), counts of reasons alike in those added up."""
-    reasons = collections.Counter()
-    for reason, n in now.items():
-        if (added := n - before.get(reason, 0)) > 0:
-            reasons[reason[:300]] += added
-    return reasons
+            # what the run compiled (speed.compile, the decoding step, the vocabulary passes)
+            **compiled.fields()}
 
 
 def measure_apart(*args) -> dict:

@@ -10,6 +10,7 @@ import yaml
 from cory.schema import merge
 from pipeline.profile import render
 from benchmark import paper as bench_paper
+from benchmark.common import break_reasons
 from tools import build_standins
 
 
@@ -83,7 +84,7 @@ def test_graph_break_reasons_count_the_breaks_since_the_run_started_each_reason_
     long_a, long_b = "lock context manager" + "a" * 400, "lock context manager" + "a" * 300 + "b"  # alike in 300
     before = {long_a: 2, "setattr": 1}
     now = {long_a: 5, long_b: 1, "setattr": 1, "ContextVar.get": 4}
-    reasons = bench_paper.break_reasons(now, before)
+    reasons = break_reasons(now, before)
     assert reasons == {long_a[:300]: 4, "ContextVar.get": 4} and sum(reasons.values()) == 8
 
 

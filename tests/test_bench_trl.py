@@ -96,3 +96,17 @@ def test_the_whole_benchmark_on_a_tiny_shape(tmp_path, capsys):
     assert len(results["cory"]["sequence_lengths"][0]) == 2  # the observer's sequences count too
     assert results["ppo"]["trl_over_this"].keys() == {"trl_fp32", "trl_bf16"}
     assert "trl bf16 / this" in capsys.readouterr().out
+
+
+def test_our_side_times_each_iteration_and_counts_what_regional_compilation_compiled(tmp_path):
+    """Our side alone (no trl environment needed): each timed iteration's seconds, and the graphs compiled, none of
+    them while timed (every iteration samples for the same queries and the same number of tokens)."""
+    out = tmp_path / "ours_tiny.json"
+    status = main(["--shape", "tiny", "--only", "ppo", "--batch", "8", "--mini-batch", "8", "--warmup", "2",
+                   "--iterations", "2", "--speed", "compile=regional", "--out", str(out)])
+    ppo = json.loads(out.read_text())["results"]["ppo"]
+    assert status == 0, ppo.get("error")
+    assert len(ppo["iteration_seconds"]) == 2 and all(s > 0 for s in ppo["iteration_seconds"])
+    assert ppo["compiled_graphs"] > 0 and ppo["graphs_compiled_while_timed"] == 0
+    assert sum(ppo["graph_break_reasons"].values()) == ppo["graph_breaks"]
+    assert ppo["sequence_lengths"][0] == ppo["sequence_lengths"][1]
