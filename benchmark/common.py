@@ -120,7 +120,8 @@ class CompileCount:
 
     def fields(self) -> dict:
         graphs, breaks = self._graphs(), break_reasons(self._counters["graph_break"], self._breaks_before)
-        return {"compiled_graphs": graphs - self._graphs_before, "graphs_compiled_while_timed": graphs - self._graphs_warm,
+        return {"compiled_graphs": graphs - self._graphs_before,
+                "graphs_compiled_while_timed": graphs - self._graphs_warm,
                 "graph_breaks": sum(breaks.values()), "graph_break_reasons": dict(breaks.most_common())}
 
 

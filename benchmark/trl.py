@@ -25,7 +25,8 @@ peak GPU memory, trl's seconds over ours, and the update's MFU: the model FLOPs 
 passes over the batch's real (unpadded) tokens, 6 N tokens plus the attention term (PaLM's convention), per update
 second, over --peak-flops. The same peak divides every row, fp32 ones too, so MFU orders the rows as their speed does.
 Our sides also record each timed iteration's seconds and what compilation compiled (graphs, those compiled while timed,
-graph breaks by reason). The JSON goes to --out; a table is printed. Numbers from a CPU (tiny shapes, the test) say nothing about speed.
+graph breaks by reason). The JSON goes to --out; a table is printed. Numbers from a CPU (tiny shapes, the test) say
+nothing about speed.
 """
 
 from __future__ import annotations

