@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from benchmark.common import profile_params
+from benchmark.common import CompileCount, profile_params
 
 
 def main() -> None:
@@ -33,19 +33,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.profile:
             os.environ["CORY_PARAMS"] = str(profile_params(args.profile, Path(tmp)))
-        from torch._dynamo.utils import counters
-
         from cory.rl.trainer import Trainer
         from benchmark.rl import build
 
         cfg, lm, tokenizer, reward, queries, answers = build(args.group, args.run, Path(tmp), args.variant)
         trainer = Trainer(replace(cfg, samples_to_log=0), lm, tokenizer, reward, seed=0)
+        compiled = CompileCount()
         for iteration in range(args.iterations):
             start = time.perf_counter()
             trainer.step(queries, answers)
+            so_far = compiled.fields()
             print(f"iteration {iteration}: {time.perf_counter() - start:.1f} s, "
-                  f"graphs so far {counters['stats']['unique_graphs']}, "
-                  f"graph breaks {sum(counters['graph_break'].values())}", flush=True)
+                  f"graphs so far {so_far['compiled_graphs']}, graph breaks {so_far['graph_breaks']}", flush=True)
 
 
 if __name__ == "__main__":

