@@ -14,6 +14,48 @@ QUERY_WORDS = "the movie film was a great bad plot actor story not very good I t
 """Words the benchmarks draw IMDB-like queries from (their content does not change an iteration's cost)."""
 
 
+SMOLLM2 = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
+           "tie_word_embeddings": True}
+"""SmolLM2-135M-Instruct's architecture (a Llama), as the default profile's base_models.smollm2 converts it from its
+GGUF file: the shape the benchmarks build with random weights, without the file."""
+RANDOM_MODELS = {"smollm2": SMOLLM2}
+"""Base models that are loaded, not trained here (source gguf or hub), whose shape the benchmarks know."""
+OBSERVER_WORDS = 'I can make this sentence " more positive:'.split()
+
+
+def word_tokenizer(vocab_size: int):
+    """A whitespace word-level tokenizer of `vocab_size` ids for a random-weight model whose real tokenizer is not at
+    hand (a GGUF's): EOS and padding "<|im_end|>" (id 0), the benchmark queries' words, the observer template's, then
+    filler words "w<i>". A random model samples filler words, one token each when read back, so prompts hold about as
+    many tokens as SmolLM2's tokenizer makes of the same texts (queries 2-8, the observer's 20-45)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = list(dict.fromkeys(["<|im_end|>", "<unk>", *QUERY_WORDS, *OBSERVER_WORDS]))
+    words += [f"w{i}" for i in range(vocab_size - len(words))]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|im_end|>",
+                                   unk_token="<unk>", padding_side="left")
+
+
+def random_llama(shape: dict, eos_token_id: int = 0):
+    """A Llama of `shape` (LlamaConfig keywords, e.g. SMOLLM2) with random weights, EOS and padding `eos_token_id`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(**shape, bos_token_id=eos_token_id, eos_token_id=eos_token_id,
+                                        pad_token_id=eos_token_id))
+
+
+def llama_matmul_params(shape: dict) -> tuple[int, int]:
+    """(the weights every token multiplies in a Llama's blocks, those of its output layer): per block the attention's
+    q and o (d x d) and k and v (d x d_kv) and the MLP's three d x d_ff matrices; the output layer's V x d."""
+    d, heads, kv = shape["hidden_size"], shape["num_attention_heads"], shape["num_key_value_heads"]
+    block = 2 * d * d + 2 * d * (d // heads * kv) + 3 * d * shape["intermediate_size"]
+    return shape["num_hidden_layers"] * block, shape["vocab_size"] * d
+
+
 def queries_of(task: str, n: int, seed: int = 0) -> tuple[list[str], list[str] | None]:
     """n queries of the task's kind (their content does not change the cost, their length does a little)."""
     rng = random.Random(seed)

@@ -37,7 +37,7 @@ def pioneer(params, job, overrides: dict, work: Path):
     from benchmark.paper import load_run
     from benchmark.rl import build
     from pipeline.common import device
-    from pipeline.sections import SCRATCH
+    from cory.tasks.config import SCRATCH
 
     if params.base_models[job.model].source == SCRATCH:  # pretrained by the pipeline: random weights of its shapes
         cfg, lm, tokenizer, _, queries, _ = build(job.group, job.run, work)

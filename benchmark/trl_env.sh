@@ -8,7 +8,7 @@
 # takes everything else (torch, accelerate, numpy, datasets' dependencies, ...) from the project's environment. The
 # set is what trl 0.11.4 imports and the project's environment has at a version it cannot use, or lacks.
 # All but tokenizers' wheel are pure Python; tokenizers' is built per Python version, hence PYVER for another machine
-# (the lent GPU machines run Python 3.12 on x86-64: ops/offline-gpu/device_wheels.sh).
+# (the lent GPU machines run Python 3.12 on x86-64).
 set -euo pipefail
 PIP=${PIP:-python3 -m pip}
 WHEELS=(trl==0.11.4 transformers==4.46.3 tokenizers==0.20.3 huggingface_hub==0.36.0 datasets==3.6.0 tyro==0.8.14

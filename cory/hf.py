@@ -3,15 +3,17 @@ tokenizer with one clear error offline, saving a model, counting its parameters,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import logging
 import os
 import re
 import socket
 import sys
 import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from cory.schema import ConfigError
 
@@ -121,3 +123,56 @@ def transformer_blocks(model, setting: str) -> list[torch.nn.Module]:
         raise ConfigError(f"{setting}: 'regional' compiles each block of a model's list of blocks, and "
                           f"{type(model.base_model).__name__} has none; use true or false")
     return list(lists[0])
+
+
+NO_ATTENTION_MASK = "We strongly recommend passing in an `attention_mask`"
+"""The start of transformers' warning for a forward pass without an attention mask whose input holds the pad id: what
+packed pretraining windows (EOS between texts, no padding) and the classifier's right-padded batches (whose head reads
+the last real token, which never sees the pads after it) do on purpose."""
+
+
+def fresh_head_report(head: str) -> Callable[[str], bool]:
+    """Whether a message is transformers' load report of a model whose only missing weights are those of `head`
+    (e.g. "score": a classifier started from an LM's body, its head new by design) and nothing else went wrong."""
+
+    def matches(message: str) -> bool:
+        if "LOAD REPORT" not in message:
+            return False
+        rows = [[cell.strip() for cell in line.split("|")] for line in message.splitlines() if "|" in line]
+        keys = [row for row in rows[1:] if not set(row[0]) <= {"-", "+"}]  # below the header and its rule
+        return bool(keys) and all(row[0].startswith(f"{head}.") and "MISSING" in row[1] for row in keys)
+
+    return matches
+
+
+@contextlib.contextmanager
+def expected_warnings(*expected: str | Callable[[str], bool]):
+    """Within the block, transformers' log records that are expected there are dropped: those whose message starts
+    with one of the `expected` strings, or for which one of the `expected` predicates is true. Any other warning
+    still shows."""
+
+    def unexpected(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(message.startswith(e) if isinstance(e, str) else e(message) for e in expected)
+
+    logger = logging.getLogger("transformers.modeling_utils")  # the logger of both the load report and the mask warning
+    logger.addFilter(unexpected)
+    try:
+        yield
+    finally:
+        logger.removeFilter(unexpected)
+
+
+def progress_bars_on_terminal_only() -> None:
+    """Progress bars (transformers' "Loading weights", the hub's downloads, MLflow's artifact transfers) only where
+    stderr is a terminal: in a log (DVC's output captured, CI) each bar is frames of carriage returns. Set for this
+    process and the processes it starts ($HF_HUB_DISABLE_PROGRESS_BARS, which the Hugging Face libraries read at
+    import; $MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR, which MLflow reads at each transfer)."""
+    if sys.stderr.isatty():
+        return
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()

@@ -35,12 +35,11 @@ import time
 import torch
 
 from cory.schema import ConfigError, to_dict
+from cory.tasks.gguf import gguf_file
 from cory.tasks.imdb import TABLE3_QUERIES
 from cory.tracking.runs import FinishedRun, log_finished
 from cory.tracking.store import warm_up
-from cory.tracking.tags import provenance
 from pipeline import reward_model as reward
-from cory.files import folder_records
 from pipeline.common import device, process_started_at, read_jsonl, require_device, run_stage, stage_timer, write_json
 from pipeline.gpus import deterministic_kernels, error_line, run_at_once, visible_gpus
 from pipeline.params import Params, load_params
@@ -77,90 +76,18 @@ def corpus_texts(name: str, cfg: BaseModelConfig, params: Params) -> tuple[list[
     return train, validation, [format_prompt(problem["question"]) for problem in held_out[: cfg.samples]]
 
 
-def gguf_file(name: str, cfg: BaseModelConfig):
-    """The GGUF file of base model `name` (source gguf), found and checked by sha256, or one error naming the setting."""
-    from pathlib import Path
-
-    from cory.tasks.gguf import GGUFError, check_sha256, package_file
-
-    source, setting = cfg.gguf, f"base_models.{name}.gguf"
-    try:
-        if source.package:
-            path = package_file(source.package, source.file, f"{setting}.package")
-        else:
-            path = Path(source.file)
-            if not path.is_file():
-                raise GGUFError(f"{setting}.file: {path}: not found")
-        check_sha256(path, source.sha256, f"{setting}.sha256")
-    except GGUFError as exc:
-        raise ConfigError(str(exc)) from None
-    return path
-
-
-def load_gguf_model(name: str, cfg: BaseModelConfig):
-    """(model, tokenizer) of base model `name` converted from its GGUF file (source gguf)."""
-    from cory.tasks.gguf import SpecialTokens, load_gguf
-
-    source = cfg.gguf
-    tokens = SpecialTokens(source.eos_token, source.pad_token, source.bos_token) if source.eos_token else None
-    return load_gguf(gguf_file(name, cfg), tokens)
-
-
-def scratch_tokenizer(cfg: BaseModelConfig, train: list[str]):
-    """The tokenizer of a model trained from scratch on `train`: `cfg.tokenizer`, or GPT-2's cut down to `train`'s
-    tokens (`offline-gpt2:corpus`)."""
-    from cory.tasks.tokenizer import CORPUS_VOCABULARY, corpus_vocabulary, load_tokenizer
-
-    return corpus_vocabulary(train) if cfg.tokenizer == CORPUS_VOCABULARY else load_tokenizer(cfg.tokenizer)
-
-
-def parameter_count(name: str, params: Params) -> int:
-    """Parameters of base model `name` as its params describe it, built on the meta device (no memory, no training)."""
-    import transformers
-
-    from cory.hf import count_parameters, load_pretrained
-    from cory.tasks.pretrain import build_causal_lm
-    from cory.tasks.tokenizer import CORPUS_VOCABULARY
-
-    cfg = params.base_models[name]
-    if cfg.source == SCRATCH:
-        texts = corpus_texts(name, cfg, params)[0] if cfg.tokenizer == CORPUS_VOCABULARY else []
-        tokenizer = scratch_tokenizer(cfg, texts)
-        with torch.device("meta"):
-            return count_parameters(build_causal_lm(cfg.lm, len(tokenizer), tokenizer.eos_token_id))
-    if cfg.source == GGUF:
-        return count_parameters(load_gguf_model(name, cfg)[0])
-    config = load_pretrained(transformers.AutoConfig.from_pretrained, cfg.source, f"base_models.{name}.source")
-    with torch.device("meta"):
-        return count_parameters(transformers.AutoModelForCausalLM.from_config(config))
-
-
 def build_base_model(name: str, cfg: BaseModelConfig, params: Params, device: str, digest: str | None = None
                      ) -> tuple[dict, dict, list[dict]]:
     """Train (or load) model `name` and save it with its tokenizer and training record (which keeps `digest`, its fingerprint);
     returns (metrics, training record, samples)."""
-    import transformers
-
-    from cory.hf import count_parameters, load_pretrained, save_model
-    from cory.tasks.pretrain import build_causal_lm, pretrain_lm, sample_texts
-    from cory.tasks.tokenizer import load_tokenizer
+    from cory.hf import save_model
+    from cory.tasks import base_models
+    from cory.tasks.pretrain import sample_texts
+    from cory.tasks.training import write_record
 
     train, validation, prompts = corpus_texts(name, cfg, params)  # missing data files fail here, before model work
     reference_params = parameter_count(cfg.compare_params_with, params) if cfg.compare_params_with else None
-    if cfg.source == SCRATCH:
-        tokenizer = scratch_tokenizer(cfg, train)
-        torch.manual_seed(cfg.pretrain.seed)
-        model = build_causal_lm(cfg.lm, len(tokenizer), tokenizer.eos_token_id)
-        result = pretrain_lm(model, tokenizer, train, validation, cfg.pretrain, device)
-    elif cfg.source == GGUF:
-        started = time.perf_counter()
-        model, tokenizer = load_gguf_model(name, cfg)
-        result = {"params": count_parameters(model), "convert_seconds": time.perf_counter() - started}
-    else:
-        setting = f"base_models.{name}.source"
-        model = load_pretrained(transformers.AutoModelForCausalLM.from_pretrained, cfg.source, setting)
-        tokenizer = load_tokenizer(cfg.source, setting)
-        result = {"params": count_parameters(model)}
+    model, tokenizer, result = base_models.build_base_model(name, cfg, train, validation, device)
     model_dir = out_dir(params, "models", name)
     started = time.perf_counter()
     save_model(model, tokenizer, model_dir)
@@ -170,21 +97,24 @@ def build_base_model(name: str, cfg: BaseModelConfig, params: Params, device: st
     metrics = dict(result)
     if reference_params is not None:
         metrics["param_ratio"] = metrics["params"] / reference_params
-    record = {
-        "name": name,
-        "source": cfg.source,
-        "config": to_dict(cfg),
-        "history": history,
-        **provenance(device),
-        "fingerprint": digest,
-        "files": folder_records(model_dir, leave_out=(RECORD,)),  # what a rerun checks before it keeps the model
-    }
-    write_json(model_dir / RECORD, record)
+    record = write_record(model_dir / RECORD, {"name": name, "source": cfg.source, "config": to_dict(cfg),
+                                               "history": history}, device, digest)
     started = time.perf_counter()
     continuations = sample_texts(model, tokenizer, prompts, cfg.sample_tokens, device, cfg.pretrain.seed) if prompts else []
     metrics["sample_seconds"] = time.perf_counter() - started
     samples = [{"prompt": p, "continuation": c} for p, c in zip(prompts, continuations)]
     return metrics, record, samples
+
+
+def parameter_count(name: str, params: Params) -> int:
+    """Parameters of base model `name` as its params describe it (cory.tasks.base_models.parameter_count), its corpus
+    read only where its tokenizer is cut from it."""
+    from cory.tasks.base_models import parameter_count
+    from cory.tasks.tokenizer import CORPUS_VOCABULARY
+
+    cfg = params.base_models[name]
+    cut = cfg.source == SCRATCH and cfg.tokenizer == CORPUS_VOCABULARY
+    return parameter_count(name, cfg, corpus_texts(name, cfg, params)[0] if cut else [])
 
 
 def fingerprint(name: str, params: Params) -> str:
@@ -372,7 +302,7 @@ def build_models(params: Params, wanted: list[str]) -> None:
             cfg = params.base_models[name]
             corpus_texts(name, cfg, params)
             if cfg.source == GGUF:
-                gguf_file(name, cfg)
+                gguf_file(name, cfg)  # imports no transformers: the stage's own process stays light
     digests = fingerprints(wanted, params)
     reasons = {name: stale_reason(name, params, digest) for name, digest in digests.items()}
     for name, reason in reasons.items():

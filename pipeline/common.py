@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cory import files
+from cory.hf import progress_bars_on_terminal_only
 from cory.schema import ConfigError
-from pipeline.paths import out_dir
+from pipeline.paths import ROOT, out_dir, shown
 from pipeline.single_writer import StageLocked, end_with_parent, started_by_dvc
 
 
@@ -31,16 +32,53 @@ def limit_cpu_threads() -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
+class UnitsFailed(RuntimeError):
+    """Some of a stage's units (runs, models) failed, each said as it failed; the message names them, one a line."""
+
+
 def run_stage(main: Callable[[], None]) -> None:
     """Run a stage's main(); bad input (settings, missing or malformed files) and a profile another stage is writing
-    end it with one line naming them. A stage DVC started ends with DVC (pipeline.single_writer.end_with_parent)."""
+    end it with one line naming them, failed units with one line each; in an experiment (`dvc exp run`), a failure
+    also says what the experiment left changed and how to restore it (experiment_left). A stage DVC started ends with
+    DVC (pipeline.single_writer.end_with_parent). A params file the stage read that changed while it ran fails the
+    stage at its end, with one line, so that DVC records no params the outputs were not made with
+    (pipeline.params_files)."""
     if started_by_dvc():
         end_with_parent()
     limit_cpu_threads()
+    progress_bars_on_terminal_only()  # a stage's log reads top to bottom: no bar frames where it is not a terminal
+    left = experiment_left(main.__module__ == "pipeline.params")
     try:
         main()
-    except (ConfigError, FileNotFoundError, ValueError, StageLocked) as exc:
-        sys.exit(f"error: {exc}")
+    except (ConfigError, FileNotFoundError, ValueError, StageLocked, UnitsFailed) as exc:
+        sys.exit(f"error: {str(exc).rstrip('.')}. {left}" if left else f"error: {exc}")
+    except BaseException as exc:  # a crash keeps its traceback; the experiment's state is said after it
+        if left and not (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            print(left, file=sys.stderr)
+        raise
+    from pipeline.params_files import changed_since_read
+
+    changed = [shown(path) for path in changed_since_read()]
+    if changed:
+        sys.exit(f"error: {', '.join(changed)} changed while the stage ran, which read it at its start: its outputs "
+                 "were made with the settings it read, so the stage fails before DVC records the new ones; run it "
+                 "again")
+
+
+def experiment_left(params_stage: bool) -> str | None:
+    """What a failed `dvc exp run` in the workspace has changed and the commands that restore the last commit, or
+    None outside one (DVC sets $DVC_EXP_BASELINE_REV in an experiment's stages; `--temp` runs in a copy under
+    .dvc/tmp/exps/, which it deletes). The params stage runs first: only params.yaml has changed then. A later stage
+    fails after DVC has removed its outputs and recorded the stages before it in dvc.lock; `dvc checkout --force`
+    brings the committed outputs back from the cache."""
+    if not os.environ.get("DVC_EXP_BASELINE_REV") or "/.dvc/tmp/exps/" in ROOT.as_posix():
+        return None
+    if params_stage:
+        return ("`dvc exp run` leaves this experiment's -S values in params.yaml: `git checkout params.yaml` takes "
+                "them back (`dvc exp run --temp` never touches the workspace)")
+    return ("`dvc exp run` has changed params.yaml (its -S values) and dvc.lock (the stages it ran), and removed this "
+            "stage's outputs: `git checkout params.yaml dvc.lock && dvc checkout --force` restores the last commit's "
+            "(`dvc exp run --temp` never touches the workspace)")
 
 
 def device() -> str:
@@ -135,10 +173,10 @@ def require_device(params, computes: bool = True) -> None:
     a stage that does not compute (`computes` false: the data stages, which never import torch), the NVIDIA driver
     sees none; a GPU that the driver sees and torch cannot use stops the first stage that computes.
 
-    The default profile trains 48 RL runs and 3 language models: about 10 minutes on one H100, days on a CPU (where
-    the first base model alone also outgrew a 24 GB machine). Stages call this before they read or write anything,
-    and their committed metrics are `persist: true` in dvc.yaml, so the failed `dvc repro` leaves every result as it
-    was. The report stage does not call it: it rebuilds the figures from run files on any machine."""
+    The message says how many RL runs the profile trains and how long its last measured repro took where
+    (pipeline.durations), and the smoke profile's. Stages call this before they read or write anything, and their
+    committed metrics are `persist: true` in dvc.yaml, so the failed `dvc repro` leaves every result as it was. The
+    report stage does not call it: it rebuilds the figures from run files on any machine."""
     if params.runtime.device != "cuda":
         return
     if computes:
@@ -148,9 +186,15 @@ def require_device(params, computes: bool = True) -> None:
     else:
         seen, who = driver_sees_gpu(), "the NVIDIA driver"
     if not seen:
+        from pipeline.durations import repro_time
+
+        runs = sum(len(jobs) for jobs in params.jobs.values())
+        took, smoke = repro_time(params.profile), repro_time("smoke")
+        measured = f": {took.what} {took.text()}" if took else ""
+        smoke = f" ({smoke.text()})" if smoke else ""
         raise ConfigError(
-            f"runtime.device: the {params.profile!r} profile needs a CUDA GPU and {who} sees none (its RL runs are "
-            "sized for a GPU: about 10 minutes on one H100, days on this CPU). On a machine without a GPU run the "
-            "smoke profile: `python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway: "
+            f"runtime.device: the {params.profile!r} profile needs a CUDA GPU and {who} sees none (its {runs} RL "
+            f"runs are sized for a GPU{measured}). On a machine without a GPU run the smoke profile{smoke}: "
+            "`python -m pipeline.profile smoke && dvc repro`; to run this profile here anyway: "
             "`dvc exp run -S runtime.device=auto`."
         )

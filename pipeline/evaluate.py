@@ -11,11 +11,12 @@ Outputs, under outputs/<profile>/eval/:
 
 With `evaluation.authors_protocol.enabled`, each model's entry of passk.json also holds "authors_protocol":
 {"seeds": {seed: {k: accuracy}}, "mean": ..., "std": ...}, the authors' GSM8K accuracy (any of k samples correct,
-cory.evaluation.evaluate_authors_protocol), beside the unbiased pass@k whose keys stay as they are; each run's
+cory.tasks.evaluation.evaluate_authors_protocol), beside the unbiased pass@k whose keys stay as they are; each run's
 details.json entry holds its "authors_protocol" details (per-problem 0/1 per k, the EOS rate, samples).
 
 The model runs are evaluated at once, `runtime.workers` processes per GPU over every visible GPU, as the train stage
-trains its runs (each run's sampling is seeded alike, so the numbers do not depend on it).
+trains its runs (each run's sampling is seeded alike, so the numbers do not depend on it); each run's evaluation and
+their summary over seeds are cory.tasks.evaluation's.
 """
 
 from __future__ import annotations
@@ -23,10 +24,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
-
 from cory.schema import to_dict
-from cory.tasks.evaluation import evaluate_authors_protocol, evaluate_pass_at_k
+from cory.tasks.evaluation import AUTHORS, evaluate_folder, over_seeds
 from cory.tracking.runs import FinishedRun, log_finished
 from cory.tracking.store import warm_up
 from pipeline.common import device, read_jsonl, require_device, run_stage, stage_timer, write_json
@@ -38,8 +37,6 @@ from pipeline.single_writer import stage_lock
 
 UNSEEDED = "none"
 """Seed key of a model folder without "{seed}" (e.g. the base model, trained once)."""
-AUTHORS = "authors_protocol"
-"""The key of the authors' GSM8K protocol's results in each model's entry of passk.json and details.json."""
 
 
 def model_runs(cfg: EvaluateConfig, seeds: list[int], root: Path) -> list[tuple[str, str, Path]]:
@@ -79,20 +76,6 @@ def load_problems(path: Path, n_problems: int | None) -> tuple[list[str], list[s
     return [row["question"] for row in rows], [row["answer"] for row in rows]
 
 
-def summarise(per_run: dict[str, dict[str, dict[int, float]]]) -> dict:
-    """{model: {seed: {k: v}}} -> {model: {"seeds": ..., "mean": {k: ...}, "std": {k: ...}}} over seeds."""
-    summary = {}
-    for name, seeds in per_run.items():
-        ks = list(next(iter(seeds.values())))
-        values = {k: [run[k] for run in seeds.values()] for k in ks}
-        summary[name] = {
-            "seeds": seeds,
-            "mean": {k: float(np.mean(v)) for k, v in values.items()},
-            "std": {k: float(np.std(v)) for k, v in values.items()},
-        }
-    return summary
-
-
 def passk_metrics(passk: dict, k: int) -> dict[str, float]:
     """The MLflow metrics of one k: each model's mean over seeds and each seeded run (glossary: eval/...)."""
     metrics = {}
@@ -116,21 +99,13 @@ def prepare(
 
 def evaluate_one(name: str, seed: str, folder: Path, cfg: EvaluateConfig, questions: list[str], answers: list[str],
                  on: str) -> tuple[str, str, dict]:
-    """Pass@k of one model run: (name, seed key, its result as cory.tasks.evaluation gives it). Runs in a worker process of
-    its own where the runs are evaluated at once; the sampling is seeded per run (evaluation.seed), so either way
-    gives the same numbers."""
-    from transformers import AutoModelForCausalLM
-
-    from cory.tasks.tokenizer import load_tokenizer
-
+    """Pass@k of one model run: (name, seed key, its result as cory.tasks.evaluation.evaluate_folder gives it). Runs in
+    a worker process of its own where the runs are evaluated at once; the sampling is seeded per run
+    (evaluation.seed), so either way gives the same numbers."""
     start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(folder).to(on)
-    tokenizer = load_tokenizer(str(folder))
-    result = evaluate_pass_at_k(model, tokenizer, questions, answers, cfg.prompt_template, cfg)
+    result = evaluate_folder(folder, cfg, cfg.prompt_template, questions, answers, on)
     shown = ", ".join(f"pass@{k} {v:.3f}" for k, v in result["pass_at_k"].items())
-    if cfg.authors_protocol.enabled:
-        result[AUTHORS] = evaluate_authors_protocol(model, tokenizer, questions, answers, cfg.authors_protocol,
-                                                    cfg.batch_size, cfg.n_examples)
+    if AUTHORS in result:
         shown += "; the authors' " + ", ".join(f"@{k} {v:.3f}" for k, v in result[AUTHORS]["accuracy"].items())
     print(f"evaluate: {name} seed {seed}: {shown} ({time.perf_counter() - start:.1f}s)", flush=True)
     return name, seed, result
@@ -161,23 +136,9 @@ def evaluate(
                                + "\n".join(f"  {run}: {error}" for run, error in sorted(failed.items())))
     else:
         results = [evaluate_one(name, seed, folder, cfg, questions, answers, on) for name, seed, folder in runs]
+    # in params order, whichever ended first
     by_run = {(name, seed): result for name, seed, result in results}
-    per_run: dict[str, dict[str, dict[int, float]]] = {}
-    authors: dict[str, dict[str, dict[int, float]]] = {}
-    details: dict[str, dict[str, dict]] = {}
-    for name, seed, _ in runs:  # in params order, whichever ended first
-        result = by_run[name, seed]
-        per_run.setdefault(name, {})[seed] = result["pass_at_k"]
-        details.setdefault(name, {})[seed] = {
-            key: result[key] for key in ("correct", "mean_response_length", "samples")
-        }
-        if AUTHORS in result:
-            authors.setdefault(name, {})[seed] = result[AUTHORS]["accuracy"]
-            details[name][seed][AUTHORS] = {key: value for key, value in result[AUTHORS].items() if key != "accuracy"}
-    passk = summarise(per_run)
-    for name, summary in summarise(authors).items():
-        passk[name][AUTHORS] = summary
-    return passk, details
+    return over_seeds([(name, seed) for name, seed, _ in runs], by_run)
 
 
 def main() -> None:

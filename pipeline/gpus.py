@@ -1,32 +1,32 @@
-"""How the stages that train several models at once share the machine: GPUs, CPU cores and a CUDA MPS daemon.
+"""How the stages that train several models at once share the machine: GPUs, GPU memory, CPU cores and a CUDA MPS
+daemon.
 
-The train stage runs `runtime.workers` runs per GPU at once, and the base_models stage its models at once; both
-start their processes with `spawn` (CUDA cannot be used in forked children), pin each to one GPU round-robin
-(`worker_pool`), give each an equal share of the cores (`share_cpus`) and, with several processes
-on one GPU, run them under a private MPS daemon (`mps_daemon`), so that their kernels run at the same time instead
-of taking turns.
+The train stage runs its runs in a pool of `runtime.workers` processes per GPU (`run_at_once`), placed by the GPU
+memory each needs where it knows it, and the base_models and evaluate stages their models; the processes are spawned
+and replaced where one ends (pipeline.workers), each pinned to one GPU round-robin (`worker_pool`) and given an equal
+share of the cores (`share_cpus`), and, with several processes on one GPU, run under a private MPS daemon
+(pipeline.mps.mps_daemon), so that their kernels run at the same time instead of taking turns.
+
+What the benchmarks use to share a machine as the stages do is imported from here: `share_cpus`, `mps_daemon`,
+`visible_gpus`, `worker_gpus`.
 """
 
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import traceback
-from contextlib import ExitStack
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
+from pipeline.mps import mps_daemon
 from pipeline.single_writer import end_with_parent
+from pipeline.workers import WorkerDied, WorkerPool, cuda_error
 
 
 def share_cpus(workers: int) -> None:
@@ -83,96 +83,6 @@ def deterministic_torch() -> None:
     inductor.deterministic = True  # torch sets it with the flag too; older versions read it from here only
 
 
-MPS_PREFIX = "cory-mps-"
-
-
-QUIT_GRACE, QUIT_TIMEOUT = 10, 60
-"""Seconds the MPS daemon waits for its clients before it forces its servers down, and seconds it is given to quit."""
-
-
-def quit_mps_daemon(control: str, env: dict) -> bool:
-    """Tell the MPS daemon whose pipe folder `env` names (CUDA_MPS_PIPE_DIRECTORY) to quit, forcing its servers down
-    after QUIT_GRACE seconds (`quit -t`): a plain `quit` waits for every client, and once waited past a 60 s limit after
-    a benchmark's pool had terminated its clients, which raised at the end of the benchmark's finished work. Returns
-    whether the daemon quit; one that does not is left for quit_stale_mps_daemons, never an error."""
-    try:
-        done = subprocess.run([control], input=f"quit -t {QUIT_GRACE}\n", env=env, capture_output=True, text=True,
-                              timeout=QUIT_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        return False
-    return done.returncode == 0
-
-
-def quit_stale_mps_daemons(control: str, who: str = "train") -> None:
-    """Quit the MPS daemons that earlier stages left behind when they were killed (SIGKILL or SIGTERM skip the
-    `finally` that quits them) or that did not quit in time: each daemon's temporary folder names the stage process that started it, and those
-    whose process is gone are quit and removed. A daemon of a stage still running (another profile, say) stays."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{MPS_PREFIX}*"):
-        try:
-            owner = int((folder / "owner").read_text())
-        except (OSError, ValueError):
-            continue
-        try:
-            os.kill(owner, 0)
-            continue  # its stage is still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue  # another user's process
-        if quit_mps_daemon(control, {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe")}):
-            shutil.rmtree(folder, ignore_errors=True)
-            print(f"[{who}] runtime.mps: quit the MPS daemon a killed stage left ({folder})", flush=True)
-
-
-@contextmanager
-def mps_daemon(enabled: bool, who: str = "train"):
-    """A private CUDA MPS daemon for the duration of the block (runtime.mps), so that processes started inside it
-    share each GPU's compute at once; its pipe and log folders go into a temporary folder named by
-    CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY, which worker processes inherit. Not enabled, or no
-    `nvidia-cuda-mps-control` on PATH, or a daemon that does not start: the block runs without (and says so).
-    Yields whether the daemon runs (its clients name GPUs differently: `worker_gpus`). `who` names the stage in what
-    it prints. A daemon that does not quit afterwards is said and left with its folder, for the next stage to quit."""
-    control = shutil.which("nvidia-cuda-mps-control") if enabled else None
-    if enabled and control is None:
-        print(f"[{who}] runtime.mps: nvidia-cuda-mps-control is not on PATH; the processes take turns on the GPU",
-              flush=True)
-    if control is None:
-        yield False
-        return
-    quit_stale_mps_daemons(control, who)
-    tmp = tempfile.mkdtemp(prefix=MPS_PREFIX)
-    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{tmp}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{tmp}/log"}
-    for folder in env.values():
-        os.makedirs(folder)
-    Path(tmp, "owner").write_text(str(os.getpid()))
-    daemon_env = {**os.environ, **env}
-    start = subprocess.run([control, "-d"], env=daemon_env, capture_output=True, text=True)
-    if start.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        print(f"[{who}] runtime.mps: the MPS daemon did not start ({(start.stderr or start.stdout).strip()}); the "
-              "processes take turns on the GPU", flush=True)
-        yield False
-        return
-    print(f"[{who}] runtime.mps: the processes share each GPU through a CUDA MPS daemon", flush=True)
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield True
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        started = time.perf_counter()
-        if quit_mps_daemon(control, daemon_env):  # how long it took is said: it counts in the stage's time
-            shutil.rmtree(tmp, ignore_errors=True)
-            print(f"[{who}] runtime.mps: the MPS daemon quit in {time.perf_counter() - started:.1f} s", flush=True)
-        else:
-            print(f"[{who}] runtime.mps: the MPS daemon did not quit; left running ({tmp}), the next stage that "
-                  "starts one quits it", flush=True)
-
-
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices, or UUIDs if it lists those)."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -202,43 +112,60 @@ def gpu_of_worker(index: int, gpus: list[str]) -> str | None:
     return gpus[index % len(gpus)] if gpus else None
 
 
-def start_worker(workers: int, counter, gpus: list[str]) -> None:
+def start_worker(workers: int, gpus: list[str], slot: int) -> None:
     """Pool initializer: the worker ends with the stage process that started it (a killed stage leaves no run
-    training, pipeline.single_writer); the next worker index from the shared counter picks this process's GPU (set
-    before CUDA starts in it, so the process sees that GPU alone, as cuda:0), then share_cpus, and torch's
+    training, pipeline.single_writer); its slot in the pool picks its GPU (set before CUDA starts in it, so the process
+    sees that GPU alone, as cuda:0; a worker that replaces an ended one takes its slot), then share_cpus, and torch's
     deterministic flags where the stage asked for them (deterministic_kernels)."""
     end_with_parent()
-    with counter.get_lock():
-        index = counter.value
-        counter.value += 1
-    gpu = gpu_of_worker(index, gpus)
+    gpu = gpu_of_worker(slot, gpus)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     share_cpus(workers)
     deterministic_torch()
 
 
-def worker_pool(processes: int, gpus: list[str]) -> ProcessPoolExecutor:
-    """`processes` worker processes (spawned: CUDA cannot be used in forked children), each pinned to one of `gpus`
+def worker_pool(processes: int, gpus: list[str]) -> WorkerPool:
+    """`processes` worker processes (pipeline.workers: spawned, replaced where one ends), each pinned to one of `gpus`
     round-robin (as worker_gpus names them) and given its share of the cores."""
-    context = multiprocessing.get_context("spawn")
-    counter = context.Value("i", 0)
-    return ProcessPoolExecutor(processes, mp_context=context, initializer=start_worker,
-                               initargs=(processes, counter, gpus))
+    return WorkerPool(processes, start_worker, (processes, gpus))
+
+
+def gpu_free_memory(gpu: str) -> float | None:
+    """The free memory of `gpu` (as CUDA_VISIBLE_DEVICES names it: an index or a UUID) in GiB, as the driver reports
+    it (nvidia-smi, so that the stage's own process starts no CUDA context); None where it cannot be read."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", gpu],
+                              capture_output=True, text=True, timeout=30, check=True)
+        return float(done.stdout.split()[0]) / 1024
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def where(exc: BaseException) -> str:
+    """Where in a run it failed, as the run marked its exception (cory.runs.run: the iteration; cory.rl.trainer's
+    PhaseTimer: the phase, e.g. generation, scoring, update), or ""."""
+    iteration, phase = getattr(exc, "iteration", None), getattr(exc, "phase", None)
+    parts = ([f"iteration {iteration}"] if iteration is not None else []) + ([phase] if phase else [])
+    return f" in {', '.join(parts)}" if parts else ""
 
 
 def error_line(exc: BaseException) -> str:
-    """A failed unit's error in one line: its type and the first line of its message."""
+    """A failed unit's error in one line: its type, where in the run it happened, and the first line of its
+    message."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    return f"{type(exc).__name__}{where(exc)}: {text[0] if text else ''}"
 
 
 def out_of_memory(exc: BaseException) -> bool:
     """Whether a unit failed for want of GPU memory (torch's OutOfMemoryError, or CUDA's own "out of memory", which a
     process that cannot even create its context under a full GPU raises): a failure that fewer processes at once may
-    not meet."""
+    not meet. A worker process that the host's out-of-memory killer ended is not (WorkerDied): its host, not its GPU,
+    was out of memory."""
     import torch
 
+    if isinstance(exc, WorkerDied):
+        return False
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
@@ -247,10 +174,13 @@ def release_memory_after(function: Callable, *args):
     caching allocator keeps freed blocks reserved for the process that freed them, so a worker whose run has ended
     (or ran out of memory) would otherwise hold its run's peak while idle, and the next call on the GPU, in whichever
     worker, would find it full. A failed call's frames are cleared first: its exception's traceback refers to them,
-    and through their locals to the run's tensors."""
+    and through their locals to the run's tensors. After a CUDA error the context is unusable and the worker ends
+    (pipeline.workers): nothing is given back through it."""
+    poisoned = False
     try:
         return function(*args)
     except BaseException as error:
+        poisoned = cuda_error(error)
         seen = error
         while seen is not None:
             traceback.clear_frames(seen.__traceback__)
@@ -258,16 +188,24 @@ def release_memory_after(function: Callable, *args):
         raise
     finally:
         gc.collect()
+        trees = sys.modules.get("torch._inductor.cudagraph_trees")
+        if trees is not None:
+            # torch.compile keeps a call's CUDA graphs (its decoding steps') and their memory pool after its models are
+            # gone, since dynamo caches by code (pytorch/pytorch#104095): the next call would count them as its own
+            trees.reset_cudagraph_trees()
         torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
+        if not poisoned and torch is not None and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
 
 
 def say_failure(name: str, exc: BaseException, who: str) -> None:
     """One line as a unit fails: out of GPU memory in short (torch's message, its first part), else FAILED and the
-    error; whether it runs again, the caller says."""
+    error, with what follows for a CUDA error or a killed worker; whether it runs again, the caller says."""
     if out_of_memory(exc):
         print(f"[{who}] {name} ran out of GPU memory: {error_line(exc).split('. GPU')[0]}", flush=True)
+    elif cuda_error(exc):
+        print(f"[{who}] {name} FAILED: {error_line(exc)} (its worker process is replaced; a run resumes from its last "
+              "checkpoint when the stage runs again)", flush=True)
     else:
         print(f"[{who}] {name} FAILED: {error_line(exc)}", flush=True)
 
@@ -283,15 +221,22 @@ def assign_to_gpus(costs: list[float], n_gpus: int) -> list[int]:
     return gpu_of
 
 
+MARGIN = 0.1
+"""The share of a GPU's free memory that placement by memory leaves unplanned (`run_at_once`'s `needs`): what the
+estimates and the processes' CUDA contexts do not account for."""
+
+
 @dataclass
 class Lane:
     """One pool's calls (one GPU's, or all of them on one pool): those not started yet (`queue`, in the calls' order;
-    `again` first, the calls that ran out of memory), how many may run at once (`limit`, at most the pool's `size`)
-    and the calls that ran out of memory and have not ended since (`short`: waiting in `again` or running again)."""
+    `again` first, the calls that ran out of memory), how many may run at once (`limit`, at most the pool's `size`),
+    the calls that ran out of memory and have not ended since (`short`: waiting in `again` or running again), and,
+    placing by memory, the GiB its calls may need in all (`budget`)."""
 
     pool: object
     size: int
     queue: deque
+    budget: float | None = None
     limit: int = field(init=False)
     again: list = field(default_factory=list)
     short: set = field(default_factory=set)
@@ -301,25 +246,34 @@ class Lane:
 
 
 def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: list[str], mps: bool, who: str,
-                costs: dict[str, float] | None = None) -> tuple[list, dict[str, str]]:
+                costs: dict[str, float] | None = None, needs: dict[str, float] | None = None,
+                free_memory: Callable[[str], float | None] = gpu_free_memory,
+                on_done: Callable[[str, object], None] | None = None) -> tuple[list, dict[str, str]]:
     """Run `calls` ({name: (function, arguments)}, started in this order) in `processes` worker processes spread over
     `gpus`, under a CUDA MPS daemon where `mps` asks for one and more processes than GPUs share them; returns (results
     in the order they end, {name: error line} of the calls that failed). The functions must be importable by name
-    (spawned workers unpickle them).
+    (spawned workers unpickle them). A worker killed while it runs a call (the host's out-of-memory killer) or that
+    met a CUDA error fails that call alone and is replaced (pipeline.workers); `on_done(name, result)` hears of each
+    call that ends well, as it ends (and may change `needs`).
 
-    A call that ran out of GPU memory (`out_of_memory`) beside others is not final: its pool then runs one call fewer
-    at once (as many as still run), and the call starts again, before any call not yet started, as soon as one of
-    them ends (the train stage's runs continue from their last checkpoint), but only while no other call that ran out
-    of memory runs again: those are the large calls, and two of them started again together run out of memory beside
-    each other again, while the calls not yet started keep the pool's other places. Out of memory alone is final.
-    Once no call that ran out of memory waits or runs, the pool runs as many at once as it did at first: the calls
-    that did not fit beside the others were the ones the lower limit made room for. Each call runs under
-    `release_memory_after`, so an ended call's memory is the GPU's again, not its idle worker's. So a GPU smaller
-    than the one a profile's `runtime.workers` was chosen for costs some time, not runs, and a long call that did not
-    fit at first does not wait for every other call to end.
+    Placed by count (no `needs`): a call that ran out of GPU memory (`out_of_memory`) beside others is not final: its
+    pool then runs one call fewer at once (as many as still run), and the call starts again, before any call not yet
+    started, as soon as one of them ends (the train stage's runs continue from their last checkpoint), but only while
+    no other call that ran out of memory runs again: those are the large calls, and two of them started again together
+    run out of memory beside each other again. Once no call that ran out of memory waits or runs, the pool runs as
+    many at once as it did at first. Out of memory alone is final.
 
+    Placed by memory (`needs`: {name: GiB it holds at its peak}, on GPUs whose free memory `free_memory` reads): a
+    call starts when the needs of the calls running on its GPU and its own fit the GPU's free memory at the pool's
+    start less MARGIN, the first in order that fits (a small call does not wait behind a large one that does not fit
+    yet), and a call too large for the GPU when it is alone starts alone. One that runs out of memory beside others
+    starts again, first once it fits, its need doubled (whichever call's need was short, the doubling stands until a
+    call of its kind ends and `on_done` sets what it measured); out of memory alone is final.
+
+    Each call runs under `release_memory_after`, so an ended call's memory is the GPU's again, not its idle worker's.
     With `costs` ({name: estimated cost}) and several GPUs, each GPU gets a pool of its own share of the processes and
-    the calls `assign_to_gpus` gives it; otherwise one pool pinned round-robin, each call to whichever worker is free."""
+    the calls `assign_to_gpus` gives it; otherwise one pool pinned round-robin, each call to whichever worker is free
+    (placed by count only where that pool spans several GPUs)."""
     results, failed = [], {}
     with mps_daemon(mps and bool(gpus) and processes > len(gpus), who=who) as under_mps, ExitStack() as stack:
         named = worker_gpus(gpus, under_mps)
@@ -330,7 +284,14 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
         else:
             size = processes
             pools, gpu_of = [stack.enter_context(worker_pool(processes, named))], dict.fromkeys(calls, 0)
-        lanes = [Lane(pool, size, deque(name for name in calls if gpu_of[name] == g)) for g, pool in enumerate(pools)]
+        lanes = []
+        for g, pool in enumerate(pools):
+            free = free_memory(gpus[g]) if needs is not None and len(pools) == len(gpus) else None
+            budget = None if free is None else free * (1 - MARGIN)
+            if budget is not None:
+                print(f"[{who}] GPU {gpus[g]}: {free:.1f} GiB free; runs start as their peaks fit {budget:.1f} GiB",
+                      flush=True)
+            lanes.append(Lane(pool, size, deque(name for name in calls if gpu_of[name] == g), budget))
         order = {name: i for i, name in enumerate(calls)}
         running: dict[Future, tuple[str, Lane]] = {}
 
@@ -340,16 +301,42 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
         def running_again(lane: Lane) -> bool:
             return any(name in lane.short for name, of in running.values() if of is lane)
 
+        def room(lane: Lane) -> float:
+            return lane.budget - sum(needs.get(name, 0.0) for name, of in running.values() if of is lane)
+
+        def fits(lane: Lane, name: str) -> bool:
+            return lane.budget is None or in_flight(lane) == 0 or needs.get(name, 0.0) <= room(lane)
+
+        def next_call(lane: Lane) -> str | None:
+            if lane.budget is not None:  # by memory: the first that fits, those that ran out of memory first
+                name = next((n for n in [*lane.again, *lane.queue] if fits(lane, n)), None)
+                if name is not None:
+                    (lane.again if name in lane.again else lane.queue).remove(name)
+                return name
+            if lane.again and not running_again(lane):
+                return lane.again.pop(0)
+            return lane.queue.popleft() if lane.queue else None
+
         def fill(lane: Lane) -> None:
             while in_flight(lane) < lane.limit:
-                if lane.again and not running_again(lane):
-                    name = lane.again.pop(0)
-                elif lane.queue:
-                    name = lane.queue.popleft()
-                else:
+                name = next_call(lane)
+                if name is None:
                     break
                 function, args = calls[name]
                 running[lane.pool.submit(release_memory_after, function, *args)] = (name, lane)
+
+        def again(lane: Lane, name: str, beside: int) -> None:
+            """A call that ran out of memory beside `beside` others, started again: by memory, once it fits, its need
+            doubled (at most the GPU's budget: then alone); by count, with the pool's limit at what still runs."""
+            lane.again = sorted([*lane.again, name], key=order.get)
+            if lane.budget is not None:
+                needs[name] = min(2 * needs.get(name, 1.0), lane.budget)
+                print(f"[{who}] {name} again once {needs[name]:.1f} GiB are free for it", flush=True)
+                return
+            lane.limit = beside
+            lane.short.add(name)
+            print(f"[{who}] {name} again once one of the {beside} beside it ends; now at most {lane.limit} at once",
+                  flush=True)
 
         for lane in lanes:
             fill(lane)
@@ -361,15 +348,13 @@ def run_at_once(calls: dict[str, tuple[Callable, tuple]], processes: int, gpus: 
                 if error is None:
                     results.append(future.result())
                     lane.short.discard(name)
+                    if on_done is not None:
+                        on_done(name, results[-1])
                     continue
                 say_failure(name, error, who)
                 beside = in_flight(lane)
                 if out_of_memory(error) and beside > 0:
-                    lane.limit = beside
-                    lane.again = sorted([*lane.again, name], key=order.get)
-                    lane.short.add(name)
-                    print(f"[{who}] {name} again once one of the {beside} beside it ends; now at most "
-                          f"{lane.limit} at once", flush=True)
+                    again(lane, name, beside)
                 else:
                     failed[name] = error_line(error)
                     lane.short.discard(name)

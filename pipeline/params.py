@@ -13,27 +13,28 @@ every group resolved once, `Params.jobs`).
 One source per setting: a setting that is filled from somewhere else may not be written in params. The train block
 of a run gets its `seed` from `seeds` and its templates from its task (cory.runs.config.expand_jobs rejects them in
 any train block); the sections below get the settings of FILLED, and writing one is an error naming it and its
-source, where it used to be silently replaced or ignored.
+source, where it used to be silently replaced or ignored. Reading the file (strict YAML, $CORY_PARAMS, whether it
+changed while a stage ran) is pipeline.params_files'.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cory.report.config import ReportConfig
-from cory.report.results import EXPECTED_RUNS, check_imdb_group, check_report_inputs, sweep_groups
+from cory.report.results import EXPECTED_RUNS, check_imdb_group, check_mechanism, check_report_inputs, sweep_groups
 from cory.rl.config import TrainConfig
 from cory.runs.config import ExperimentConfig, Job, TaskConfig, expand_jobs
 from cory.schema import ConfigError, check, from_dict, merge
+# read_yaml, params_path and StrictLoader are imported from here by pipeline.profile, pipeline.report and tools/
+from pipeline.params_files import StrictLoader, params_path, read_yaml, remember  # noqa: F401
 from pipeline.paths import ROOT, check_profile, shown
 from pipeline.sections import (
     CHECKPOINT, REWARD, SCRATCH, BaseModelConfig, DataConfig, EvaluateConfig, RewardModelConfig, RuntimeConfig,
+    check_sources,
 )
 from pipeline.sizes import check_sizes
 
@@ -50,56 +51,6 @@ EVAL_TASK = "math"
 
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Reading params files
-# --------------------------------------------------------------------------------------------------------------------
-
-class StrictLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key repeated in one mapping is an error: safe_load keeps the last one, so a
-    second `train:` block in a params or profile file would silently replace the first."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                key = self.construct_object(key_node)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"{key!r} appears twice in one mapping", key_node.start_mark
-                    )
-                seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-
-# YAML 1.2 floats without a dot (2e-05, 1E+3), which YAML 1.1 reads as strings: DVC writes params.yaml with a YAML 1.2
-# writer, so `dvc exp run -S train.ppo.learning_rate=2e-5` leaves `learning_rate: 2e-05` in it.
-StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
-
-
-def read_yaml(path: str | os.PathLike, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
-    """A YAML file's content. A syntax error or a repeated key is one ConfigError naming the file, line and column
-    (`params.yaml:12:5: ...`), instead of yaml's traceback."""
-    try:
-        return yaml.load(Path(path).read_bytes(), Loader=loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        within = ""
-        if exc.context and exc.context_mark is not None:
-            within = f" ({exc.context} at line {exc.context_mark.line + 1})"
-        raise ConfigError(f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: {exc.problem}{within}") from None
-    except yaml.YAMLError as exc:  # e.g. bytes that are no text encoding
-        raise ConfigError(f"{shown(path)}: not a YAML file ({' '.join(str(exc).split())})") from None
-
-
-
-def params_path(path: str | os.PathLike | None = None) -> Path:
-    """The params file: `path`, else $CORY_PARAMS, else params.yaml at the project root."""
-    return Path(path or os.environ.get("CORY_PARAMS", ROOT / "params.yaml"))
-
-
 def load_params(path: str | os.PathLike | None = None) -> Params:
     """The typed params tree of `params_path(path)`, validated as a whole, so a typo anywhere stops every stage
     before it starts.
@@ -109,6 +60,7 @@ def load_params(path: str | os.PathLike | None = None) -> Params:
     path = params_path(path)
     if not path.is_file():
         raise ConfigError(f"{shown(path)}: params file not found")
+    remember(path)  # the stage fails if it changes before it ends (pipeline.common.run_stage)
     params = read_yaml(path)
     if not isinstance(params, dict):
         raise ConfigError(f"{shown(path)}: must hold a mapping of settings, got {type(params).__name__}")
@@ -148,13 +100,11 @@ class Params:
         check_seeds(self.seeds)
 
 
-
 def check_seeds(value: Any) -> list[int]:
     ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
     check(bool(ok), "seeds", f"must be a non-empty list of integers, got {value!r}")
     check(len(set(value)) == len(value), "seeds", f"must not repeat a seed, got {value!r}")
     return value
-
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -170,6 +120,8 @@ FILLED = {
 
 def deviations(profile: str, path: Path = DEVIATIONS) -> dict[str, str]:
     """The profile's entry of profiles/deviations.yaml (setting -> why it differs from the paper's), {} if none."""
+    if path.is_file():
+        remember(path)
     content = read_yaml(path) if path.is_file() else {}
     where = shown(path)
     check(isinstance(content, dict), where, "must map profile names to {setting: why}")
@@ -204,7 +156,6 @@ def with_filled(params: dict) -> dict:
             for key, value in params.items()}
 
 
-
 # --------------------------------------------------------------------------------------------------------------------
 # Checks across sections
 # --------------------------------------------------------------------------------------------------------------------
@@ -217,8 +168,9 @@ def check_length(tokens: int, n_positions: int, key: str, limit: str) -> None:
     check(tokens <= n_positions, key, f"{tokens} tokens exceed the model's {limit} = {n_positions}")
 
 
-def check_models(tree: Params, raw: dict) -> None:
-    """Base models and the reward model: references by name, lengths, and settings their source ignores."""
+def check_models(tree: Params) -> None:
+    """Base models and the reward model: references by name and lengths (the settings their source does not read:
+    check_sources, before the sections are built)."""
     for name, cfg in tree.base_models.items():
         where = f"base_models.{name}"
         check(name != REWARD, where, f"{REWARD!r} is the reward model's name (its folder models/{REWARD}): "
@@ -227,22 +179,12 @@ def check_models(tree: Params, raw: dict) -> None:
             check_base_model_name(cfg.compare_params_with, f"{where}.compare_params_with", tree)
         if cfg.source == SCRATCH:  # pretrain_lm checks this too, but once the corpus is read
             check_length(cfg.pretrain.seq_len, cfg.lm.n_positions, f"{where}.pretrain.seq_len", f"{where}.lm.n_positions")
-        else:
-            ignored(raw["base_models"][name], ("tokenizer", "lm", "pretrain"), where,
-                    f"source {cfg.source!r} is loaded with its own tokenizer and weights")
-    rm, written = tree.reward_model, raw["reward_model"]
+    rm = tree.reward_model
     if rm.source != SCRATCH:
-        ignored(written, ("tokenizer",), "reward_model", f"source {rm.source!r} brings its own tokenizer")
-        ignored(written.get("classifier") or {}, ("epochs", "batch_size", "learning_rate", "warmup_steps",
-                "weight_decay", "grad_clip", "short_fraction", "short_tokens", "seed", "lm"),
-                "reward_model.classifier", f"source {rm.source!r} is evaluated as it is, not trained")
         return
     if rm.init_from is None:  # a classifier of shape classifier.lm from random init
         lm, where = rm.classifier.lm, "reward_model.classifier.lm"
     else:
-        why = f"the classifier starts from base model {rm.init_from!r} (reward_model.init_from)"
-        ignored(written, ("tokenizer",), "reward_model", why)
-        ignored(written.get("classifier") or {}, ("lm",), "reward_model.classifier", why)
         check_base_model_name(rm.init_from, "reward_model.init_from", tree)
         body = tree.base_models[rm.init_from]
         if body.source != SCRATCH:
@@ -251,25 +193,20 @@ def check_models(tree: Params, raw: dict) -> None:
     check_length(rm.classifier.max_length, lm.n_positions, "reward_model.classifier.max_length", f"{where}.n_positions")
 
 
-def check_data(tree: Params, raw: dict) -> None:
-    written = raw["data"]["math"]
-    if tree.data.math.source == "generated":
-        ignored(written, ("gsm8k_path", "n_pretrain", "n_rl", "n_test"), "data.math", "source is 'generated'")
-    else:
-        ignored(written, ("generator",), "data.math", f"source is {tree.data.math.source!r}")
-
-
-def ignored(written: dict, keys: tuple[str, ...], where: str, why: str) -> None:
-    """A setting written in params that nothing would read is an error naming it."""
-    for key in keys:
-        check(key not in written, f"{where}.{key}", f"ignored: {why}; remove it")
-
-
-def check_tasks(tree: Params) -> None:
+def check_tasks(tree: Params, raw: dict) -> None:
+    """Each task's reward settings, with the lengths the profile's own classifier reads filled from the settings it
+    was trained (or evaluated) with: a text the classifier cannot read whole is cut as in its training."""
+    classifier = tree.reward_model.classifier
     for name, task in tree.tasks.items():
         where = f"tasks.{name}"
         check(task.reward == "sentiment" or task.reward_model is None, f"{where}.reward_model",
               f"ignored: the {task.reward!r} reward reads no model; remove it")
+        if task.reward_model == REWARD:
+            for key in ("max_length", "truncation"):
+                check(f"reward_{key}" not in raw["tasks"][name], f"{where}.reward_{key}",
+                      f"comes from reward_model.classifier.{key}; remove it (one source per setting)")
+            tree.tasks[name] = replace(task, reward_max_length=classifier.max_length,
+                                       reward_truncation=classifier.truncation)
     check(EVAL_TASK in tree.tasks and tree.tasks[EVAL_TASK].reward == "math", f"tasks.{EVAL_TASK}",
           "pass@k evaluation needs a task of this name with reward: math")
 
@@ -350,9 +287,11 @@ def check_report_settings(tree: Params, jobs: dict[str, list]) -> None:
               f"group {group!r} is no IMDB group: it trains task {exp.task!r} (reward {reward!r})"
               + (" and sweeps the KL coefficient (sweep_eta)" if exp.sweep_eta else ""))
         check_imdb_group(group, jobs[group])
+    check_mechanism(report.mechanism, jobs, report.test_claims)  # the headline's decision rule: its runs, KL coefficients and seeds
     if not report.test_claims:
         return
-    for group in dict.fromkeys((*report.imdb_groups, "math", *sweep_groups(tree.experiments).values())):
+    rule = (report.mechanism.group,) if report.mechanism else ()
+    for group in dict.fromkeys((*report.imdb_groups, *rule, "math", *sweep_groups(tree.experiments).values())):
         exp = tree.experiments[group]
         seeds = exp.seeds_of(tree.seeds)
         check(len(seeds) >= report.min_seeds, f"experiments.{group}.seeds" if exp.seeds is not None else "seeds",
@@ -371,10 +310,10 @@ def validate(params: dict) -> Params:
     for key in sections:
         check(key in params, key, "section missing from params.yaml")
     raw = with_filled(params)
+    check_sources(raw)
     tree = from_dict(Params, raw)
-    check_data(tree, raw)
-    check_models(tree, raw)
-    check_tasks(tree)
+    check_models(tree)
+    check_tasks(tree, raw)
     jobs = check_experiments(tree, raw)
     check_evaluation(tree, jobs)
     check_report_inputs(jobs, tree.evaluation.models, tree.experiments)
@@ -386,16 +325,7 @@ def validate(params: dict) -> Params:
 
 def main() -> None:
     """`python -m pipeline.params`, and the `params` stage of dvc.yaml."""
-    try:
-        load_params()  # validates
-    except ConfigError as exc:
-        if os.environ.get("DVC_EXP_BASELINE_REV") and "/.dvc/tmp/exps/" not in ROOT.as_posix():
-            # DVC sets it in an experiment's stages; a failed `dvc exp run -S` in the workspace (not --temp, which runs
-            # in a copy under .dvc/tmp/exps/) leaves its -S values in params.yaml
-            raise ConfigError(f"{exc}. `dvc exp run` leaves this experiment's -S values in params.yaml: `git "
-                              "checkout params.yaml` takes them back (`dvc exp run --temp` never touches the "
-                              "workspace)") from None
-        raise
+    load_params()  # validates (run_stage adds what a failed `dvc exp run` left in params.yaml)
     print("params.yaml: every setting is valid")
 
 

@@ -41,7 +41,8 @@ HEADER = (
 NAMES = ("base_models", "tasks", "experiments", "experiments.*.runs", "evaluation.models")
 """Mappings whose keys are names (of models, tasks, groups, runs), not settings. Validation accepts any new name
 there, so a misspelt name in a profile would add an entry (a run of defaults) instead of changing one: a profile may
-only change the entries default.yaml has."""
+only change the entries default.yaml has, and adds one only as a whole block tagged `!replace` (profiles/full.yaml's
+groups), which says that the name is meant to be new."""
 
 
 class Replace(dict):
@@ -98,12 +99,12 @@ def check_names(changes: dict, base: dict, where: str, path: tuple[str, ...] = (
     )
     for key, value in changes.items():
         dotted = ".".join(map(str, (*path, key)))
-        if is_names and key not in base:
+        if is_names and key not in base and not isinstance(value, Replace):
             close = difflib.get_close_matches(str(key), list(map(str, base)), n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"it has {', '.join(map(str, base))}"
             raise ConfigError(
                 f"{where}: {dotted}: no such entry in profiles/default.yaml ({hint}); a profile changes the "
-                f"default's entries and cannot add new ones"
+                f"default's entries, and adds one only as a whole block tagged !replace"
             )
         if isinstance(value, dict) and not isinstance(value, Replace) and isinstance(base.get(key), dict):
             check_names(value, base[key], where, (*path, str(key)))

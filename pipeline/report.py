@@ -3,13 +3,13 @@
     python -m pipeline.report
 
 Reads params `report` (cory.report.config.ReportConfig; its `deviations` from profiles/deviations.yaml), `profile`,
-`seeds` and `experiments` (which group sweeps each task's KL coefficient, and a group's own seeds), and every run
-of outputs/<profile>/runs/, eval/passk.json and metrics/ (and profiles/notes/<profile>.md, the maintainers' notes on
-the run, if it exists), once; writes reports/<profile>/ (cory.report.report.write_report), the profile's final
-values and curves, outputs/<profile>/metrics/headline.json and metrics/curves/, and what DVC compares between
+`seeds` and `experiments` (which group sweeps each task's KL coefficient, and a group's own seeds), and every run of
+outputs/<profile>/runs/, eval/passk.json and metrics/, once; writes reports/<profile>/
+(cory.report.report.write_report: generated text only; prose about a run goes into its commit's body), the profile's
+final values and curves, outputs/<profile>/metrics/headline.json and metrics/curves/, and what DVC compares between
 revisions, metrics/headline.json and metrics/figures/ at the project root whatever the profile
-(cory.report.dvc_views). A missing run folder,
-seed folder or input file stops the stage with one line naming it, before any figure is drawn.
+(cory.report.dvc_views), each file atomically. A missing run folder, seed folder or input file stops the stage with
+one line naming it, before any figure is drawn.
 First it logs to MLflow every run that DVC restored from its cache instead of running it (cory.tracking.restore):
 the report always runs after train, so MLflow then lists every run the report is made of. Last it logs the parent
 run of this `dvc repro` (cory.report.pipeline_run): the final values of headline.json's definition, the verdicts and
@@ -52,9 +52,8 @@ def main() -> None:
         logged = sync_runs(out_dir(params, "runs"), name, {group: exp.task for group, exp in experiments.items()})
         if logged:
             print(f"report: {len(logged)} run(s) restored by DVC now listed in MLflow")
-        notes = ROOT / "profiles" / "notes" / f"{name}.md"  # maintainers' words on this run, if any
         inputs, claims = write_report(out_dir(params), ROOT / "reports" / name, cfg, experiments, params.seeds, name,
-                                      notes.read_text() if notes.is_file() else None, ROOT)
+                                      root=ROOT)
         # the profile's final values and curves, and DVC's views (`dvc metrics`, `dvc plots`, `dvc exp show`) at
         # paths no profile changes, so that two revisions line up (cory.report.dvc_views); all git-tracked. The
         # MLflow parent run shows the same final values

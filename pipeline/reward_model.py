@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import time
 
-from cory.files import folder_records
 from cory.schema import to_dict
 from cory.tracking.runs import FinishedRun
-from cory.tracking.tags import provenance
 from pipeline.common import device, read_jsonl, write_json
 from pipeline.params import Params
 from pipeline.paths import out_dir
@@ -54,6 +52,7 @@ def build_reward_model(cfg: RewardModelConfig, params: Params, device: str, dige
     record (which keeps `digest`, its fingerprint); returns (metrics, training record)."""
     from cory.hf import save_model
     from cory.tasks.classifier import reward_model
+    from cory.tasks.training import write_record
 
     data = out_dir(params, "data", "imdb")
     train, validation = read_jsonl(data / "train.jsonl"), read_jsonl(data / "validation.jsonl")
@@ -68,15 +67,8 @@ def build_reward_model(cfg: RewardModelConfig, params: Params, device: str, dige
                                                       validation, device)
     model_dir = out_dir(params, "models", REWARD)
     save_model(model, tokenizer, model_dir)
-    record = {
-        "source": cfg.source,
-        "config": to_dict(cfg),
-        "history": history,
-        **provenance(device),
-        "fingerprint": digest,
-        "files": folder_records(model_dir, leave_out=(RECORD,)),  # what a rerun checks before it keeps the model
-    }
-    write_json(model_dir / RECORD, record)
+    record = write_record(model_dir / RECORD, {"source": cfg.source, "config": to_dict(cfg), "history": history},
+                          device, digest)
     return metrics, record
 
 
@@ -96,7 +88,6 @@ def why_stale(params: Params, fingerprint: str) -> str | None:
     """Why the reward model is trained again (pipeline.units.stale), or None where it is kept."""
     metrics = out_dir(params, "metrics", "reward_model.json")
     return stale(out_dir(params, "models", REWARD, RECORD), [metrics], fingerprint)
-
 
 
 def train_reward(digest: str, params: Params) -> FinishedRun:

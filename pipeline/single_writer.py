@@ -137,5 +137,6 @@ def _watch(pid: int, sig: int, every: float = 2.0) -> None:
 
 
 def started_by_dvc() -> bool:
-    """Whether DVC started this process (it sets DVC_STAGE for every stage command it runs)."""
-    return "DVC_STAGE" in os.environ
+    """Whether DVC started this process: DVC sets DVC_STAGE (the stage's name) and DVC_ROOT (its project's root) for
+    every stage command it runs (dvc/stage/run.py; both seen in the environment of a stage of `dvc repro`, DVC 3.67)."""
+    return bool(os.environ.get("DVC_STAGE")) and bool(os.environ.get("DVC_ROOT"))

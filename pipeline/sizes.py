@@ -6,7 +6,7 @@ Each of these used to fail late: a response length past a model's positions at t
 (after the base models had trained), a prompt file too small for a batch when the train stage started, an absurd
 `evaluation.n_samples` as the evaluate stage was killed for memory. Here each is one ConfigError naming the setting.
 Where a bound is known only once a model is loaded (a hub model's positions), the train stage checks it before any
-run starts (pipeline.train.check_positions). Torch-free, as all of validation.
+run starts (pipeline.jobs.check_positions). Torch-free, as all of validation.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def prompt_count(tree, prompts: str) -> tuple[int | None, str] | None:
 
 def check_prompt_counts(tree, jobs: dict[str, list]) -> None:
     """Every run's prompt file can hold the distinct queries one of its batches draws (the train stage checks the
-    files themselves once they are written: pipeline.train.check_prompts)."""
+    files themselves once they are written: pipeline.jobs.check_prompts)."""
     for group, group_jobs in jobs.items():
         for job in group_jobs:
             bound = prompt_count(tree, job.task.prompts)

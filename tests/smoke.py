@@ -52,12 +52,17 @@ def copy_tracked(repo: Path, profile: str = "default", commit: bool = True) -> P
 
 def reproduce_smoke(repo: Path) -> Path:
     """A copy of the tracked files (as a fresh clone would have them) under `repo`, committed, switched to the smoke
-    profile, reproduced, and its git-tracked results committed (so a `git clone` of it has them, as users get them)."""
+    profile, reproduced (its log in repo/../repro.log), and its git-tracked results committed (so a `git clone` of it
+    has them, as users get them)."""
     copy_tracked(repo, "default")
     env = clean_env(CORY_PIPELINE_RUN="smoke-test")
     git = list(GIT)
     sh(sys.executable, "-m", "pipeline.profile", "smoke", cwd=repo, env=env)
-    sh("dvc", "repro", cwd=repo, env=env)
+    # its log as a user's terminal-less capture holds it (stdout and stderr, in order), beside the copy
+    log = subprocess.run(["dvc", "repro"], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    (repo.parent / "repro.log").write_text(log.stdout)
+    assert log.returncode == 0, f"dvc repro failed:\n{log.stdout[-8000:]}"
     sh("git", "add", "-A", cwd=repo)
     sh(*git, "commit", "-qm", "smoke results", cwd=repo)
     return repo

@@ -101,7 +101,7 @@ def test_sizes_past_what_the_models_data_or_memory_allow_are_named(smoke, dotted
 
 def test_a_missing_model_folder_is_named_before_any_run_starts(tmp_path, monkeypatch):
     import pipeline.paths
-    import pipeline.train as stage
+    import pipeline.jobs as stage
     from pipeline.params import validate as typed
 
     params = render("smoke")
@@ -144,9 +144,9 @@ def test_a_hub_name_with_no_network_fails_in_seconds_once(tmp_path):
 def test_a_loaded_models_positions_are_checked_before_its_first_iteration(tmp_path):
     """A model validation cannot see into (a local folder, a hub model): the train stage reads its config.json before
     any run starts, and run_training checks the loaded model before its first iteration."""
-    import pipeline.train as stage
+    import pipeline.jobs as stage
     from cory.runs.run import check_positions
-    from test_resume import job as make_job
+    from run_fixtures import job as make_job
     from tiny import tiny_lm, tiny_tokenizer
 
     folder = tmp_path / "model"

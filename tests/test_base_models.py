@@ -7,7 +7,8 @@ import json
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from test_pretrain import tok, toy_sentiment  # noqa: F401 (tok: the tiny tokenizer, a fixture)
+from project_fixtures import project  # noqa: F401 (a profile of toy data and tiny models, a fixture)
+from tiny import tok  # noqa: F401 (the tiny tokenizer the project fixture uses)
 import torch
 from cory.schema import ConfigError, from_dict
 from cory.tracking.runs import FinishedRun
@@ -16,67 +17,6 @@ from cory.tracking.runs import FinishedRun
 # --------------------------------------------------------------------------------------------------------------------
 # The stages, on tiny models and data
 # --------------------------------------------------------------------------------------------------------------------
-
-
-class Project(dict):
-    """The params of a test project as the stages read them (pipeline.params.Params' sections, typed anew from the
-    mapping at each read, so that a test changes a setting by changing the mapping)."""
-
-    @property
-    def profile(self) -> str:
-        return self["profile"]
-
-    @property
-    def base_models(self) -> dict:
-        from cory.schema import from_dict
-        from pipeline.sections import BaseModelConfig
-
-        return {name: from_dict(BaseModelConfig, cfg, f"base_models.{name}") for name, cfg in self["base_models"].items()}
-
-    @property
-    def reward_model(self):
-        from cory.schema import from_dict
-        from pipeline.sections import RewardModelConfig
-
-        return from_dict(RewardModelConfig, self["reward_model"], "reward_model")
-
-    @property
-    def runtime(self):
-        from cory.schema import from_dict
-        from pipeline.sections import RuntimeConfig
-
-        return from_dict(RuntimeConfig, self.get("runtime", {}), "runtime")
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch, tok):
-    """A profile "t" under tmp_path with toy IMDB splits, math problems and a tiny tokenizer folder."""
-    import pipeline.common
-    import pipeline.paths
-    from cory.tasks.config import MathGenConfig
-    from cory.tasks.mathgen import generate_problems
-
-    monkeypatch.setattr(pipeline.paths, "ROOT", tmp_path)
-    tok.save_pretrained(tmp_path / "tok")
-    texts, labels = toy_sentiment(48)
-    rows = [{"text": t, "label": y} for t, y in zip(texts, labels)]
-    data = tmp_path / "outputs" / "t" / "data"
-    pipeline.common.write_jsonl(data / "imdb" / "train.jsonl", rows[:40])
-    pipeline.common.write_jsonl(data / "imdb" / "validation.jsonl", rows[40:])
-    problems = generate_problems(MathGenConfig(n_pretrain=20, n_rl=0, n_test=0))["pretrain"]
-    pipeline.common.write_jsonl(data / "math" / "pretrain.jsonl", problems)
-    lm = {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64}
-    pretrain = {"steps": 4, "batch_tokens": 64, "seq_len": 16, "eval_every": 2}
-    model = {"tokenizer": str(tmp_path / "tok"), "lm": lm, "pretrain": pretrain, "samples": 2, "sample_tokens": 3}
-    return Project({
-        "profile": "t",
-        "base_models": {
-            "imdb_small": {"corpus": "imdb", **model},
-            "imdb_large": {"corpus": "imdb", **model, "lm": {**lm, "n_layer": 4}, "compare_params_with": "imdb_small"},
-            "math": {"corpus": "math", "holdout": 4, **model},
-        },
-        "reward_model": {"classifier": {"epochs": 3, "batch_size": 8, "max_length": 16, "learning_rate": 3e-3, "warmup_steps": 2}},
-    })
 
 
 def test_base_model_stage_writes_a_loadable_model_metrics_and_samples(project):

@@ -105,8 +105,8 @@ def test_a_run_on_a_gguf_model_is_timed_on_the_model_converted_from_its_file(sta
 
 def test_combine_takes_each_run_from_a_measurement_of_its_own_shape(standin_params, tmp_path, monkeypatch):
     """--combine measures nothing: a run measured with the profile's shapes is taken as it is (the later file wins,
-    even over the run's own measurement in an earlier file: later code and settings), a run of the same shape (a
-    fixed-KL sweep run, an ablation) is estimated from it, and a measurement at other micro-batches is never used."""
+    even over the run's own measurement in an earlier file: later code and settings), a run of the same shape (an
+    ablation) is estimated from it, and a measurement at other micro-batches is never used."""
     path, params = standin_params
     monkeypatch.setenv("CORY_PARAMS", str(path))
     ppo = params["train"]["ppo"]
@@ -127,13 +127,13 @@ def test_combine_takes_each_run_from_a_measurement_of_its_own_shape(standin_para
     later = bench({"imdb/ppo": (1, 1.5), "imdb/cory": (2, 1.8)}, mini)
     out = tmp_path / "scale.json"
     bench_paper.main(["--combine", other, first, later, "--only", "imdb/ppo", "imdb/cory", "imdb/cory_no_rex",
-                      "pareto/cory", "imdb/ppo_2x", "--out", str(out)])
+                      "imdb/cory_competitive", "imdb/ppo_2x", "--out", str(out)])
     result = json.loads(out.read_text())
     runs = result["runs"]
     assert accum == ppo["batch_size"] // mini
     assert runs["imdb/ppo"]["seconds_per_iteration"] == 1.5 and "estimated_from" not in runs["imdb/ppo"]
     assert runs["imdb/cory"]["seconds_per_iteration"] == 1.8
-    for key in ("imdb/cory_no_rex", "pareto/cory"):  # cory_no_rex's own 2.5 s is in the earlier file
+    for key in ("imdb/cory_no_rex", "imdb/cory_competitive"):  # cory_no_rex's own 2.5 s is in the earlier file
         assert runs[key]["seconds_per_iteration"] == 1.8 and runs[key]["estimated_from"] == "imdb/cory"
     assert result["not_measured"] == ["imdb/ppo_2x"]  # another model: nothing of its shape was measured
     assert result["projection"]["seconds"] == pytest.approx(sum(result["projection"]["per_run_seconds"].values()))

@@ -11,8 +11,7 @@ from cory.schema import ConfigError
 from cory.rl.learner import make_experience, ppo_update
 from cory.rl.trainer import Trainer
 
-from test_trainer import QUERIES, config
-from tiny import good_word_reward, tiny_lm, tiny_tokenizer
+from tiny import QUERIES, config, good_word_reward, tiny_lm, tiny_tokenizer
 
 
 def trainer(bf16_weights: bool, n_agents: int = 2, seed: int | None = None, **ppo) -> Trainer:

@@ -6,7 +6,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from cory.schema import ConfigError, from_dict
-from cory.tasks.evaluation import EvalConfig, evaluate_pass_at_k, pass_at_k
+from cory.tasks.evaluation import EvalConfig, evaluate_pass_at_k, pass_at_k, summarise
 from cory.tasks.tokenizer import load_tokenizer
 from pipeline.evaluate import (
     EvaluateConfig,
@@ -15,7 +15,6 @@ from pipeline.evaluate import (
     model_runs,
     passk_metrics,
     prepare,
-    summarise,
 )
 from pipeline.params import check_seeds
 from pipeline.sections import RuntimeConfig

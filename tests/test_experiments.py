@@ -7,7 +7,7 @@ import pytest
 from cory.schema import ConfigError, from_dict
 from cory.runs.config import ExperimentConfig, TaskConfig, expand_jobs
 
-TASK = TaskConfig(model="m", prompts="p.jsonl", reward="math")
+TASK = TaskConfig(model="m", prompts="p.jsonl", reward="math", observer_template="{query} {response}")
 RUNS = {"ppo": {"train": {"cory": {"n_agents": 1}}}, "cory": {}}
 
 

@@ -12,19 +12,22 @@ from pathlib import Path
 import pytest
 import torch
 
+import pipeline.jobs as jobs
 import pipeline.train as stage
+from cory.rl.checkpoint import checkpoint_extra
+from pipeline.units import finished_summary, plan
 from cory.rl import checkpoint
 from cory.runs.run import run_training
 from pipeline.units import RECORD, content_digest
 
-from test_base_models import project  # noqa: F401 (a test project with data for the base models, a fixture)
-from test_pretrain import tok  # noqa: F401 (the tiny tokenizer the project fixture uses)
-from test_resume import history, job, killed_on_step, task  # noqa: F401 (task: the tiny model and prompts, a fixture)
+from project_fixtures import project  # noqa: F401 (a test project with data for the base models, a fixture)
+from run_fixtures import history, job, killed_on_step, task  # noqa: F401 (task: the tiny model and prompts, a fixture)
+from tiny import tok  # noqa: F401 (the tiny tokenizer the project fixture uses)
 from tiny import tiny_lm, tiny_tokenizer
 
 
 @pytest.fixture
-def finished(task, tmp_path):  # noqa: F811 - task is test_resume's fixture
+def finished(task, tmp_path):  # noqa: F811 - task is run_fixtures' fixture
     """Two finished CORY runs that save their agents, as the train stage leaves them."""
     torch.set_num_threads(1)
     jobs = [replace(job(task, tmp_path / name, 2), run=name) for name in ("a", "b")]
@@ -42,7 +45,7 @@ def flip_a_byte(path: Path, at: int = -100) -> None:
 
 def test_a_finished_run_whose_files_match_its_record_is_kept(finished):
     for one in finished:
-        summary = stage.finished_summary(one)
+        summary = finished_summary(one)
         assert summary is not None and summary["files"]["history.csv"]["lines"] == 1 + 7
         assert set(summary["saved_files"]) >= {"llm1/model.safetensors", "llm2/value_head.safetensors"}
 
@@ -50,22 +53,23 @@ def test_a_finished_run_whose_files_match_its_record_is_kept(finished):
 def test_a_truncated_history_is_trained_again_naming_it(finished, capsys):
     history_csv = Path(finished[0].run_dir) / "history.csv"
     history_csv.write_text("".join(history_csv.read_text().splitlines(True)[:-1]))  # a row lost
-    assert stage.finished_summary(finished[0]) is None
+    assert finished_summary(finished[0]) is None
     assert f"[train] g/a/seed0: {history_csv}: 7 lines, its record says 8: trained again" in capsys.readouterr().out
-    done, todo = stage.plan(finished)
+    done, todo, _ = plan(finished, checkpoint_extra)
     assert [j.run for j in todo] == ["a"] and list(done) == ["g/b/seed0"]  # the other run is kept
-    assert not Path(finished[0].run_dir).exists()  # it starts from nothing
+    # it starts from nothing, beside the damaged one, which it replaces once it has finished
+    assert todo[0].run_dir == finished[0].run_dir + ".next" and not Path(todo[0].run_dir).exists()
 
 
 @pytest.mark.parametrize("damage", ["flipped byte", "missing"])
 def test_damaged_saved_weights_are_trained_again_naming_them(finished, capsys, damage):
     weights = Path(finished[1].checkpoint_dir) / "llm2" / "model.safetensors"
     flip_a_byte(weights) if damage == "flipped byte" else weights.unlink()
-    assert stage.finished_summary(finished[1]) is None
+    assert finished_summary(finished[1]) is None
     said = capsys.readouterr().out
     assert f"{weights}: " in said and ("differs from the recorded sha256" if damage == "flipped byte" else "missing") \
         in said
-    assert [j.run for j in stage.plan(finished)[1]] == ["b"]
+    assert [j.run for j in plan(finished, checkpoint_extra)[1]] == ["b"]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbled"])
@@ -73,7 +77,7 @@ def test_a_damaged_summary_names_its_file_and_stops_no_other_run(finished, capsy
     summary = Path(finished[0].run_dir) / "summary.json"
     text = summary.read_text()
     summary.write_text(text[: len(text) // 2] if damage == "truncated" else "\0" * len(text))
-    done, todo = stage.plan(finished)
+    done, todo, _ = plan(finished, checkpoint_extra)
     assert [j.run for j in todo] == ["a"] and list(done) == ["g/b/seed0"]
     assert f"[train] g/a/seed0: {summary}: not a readable JSON file (" in capsys.readouterr().out
 
@@ -97,17 +101,25 @@ def killed_run(task, where, monkeypatch, n_agents=1):  # noqa: F811
     return killed
 
 
-@pytest.mark.parametrize("damage", ["truncated weights", "garbled optimizer", "garbled state.json", "missing rng"])
+@pytest.mark.parametrize("damage", ["truncated weights", "garbled optimizer", "garbled state.json", "missing rng",
+                                    "a bit flipped in the weights", "a bit flipped in the optimizer"])
 def test_a_damaged_checkpoint_is_named_and_its_run_starts_over(task, tmp_path, monkeypatch, capsys, damage):  # noqa: F811
+    """A flipped bit keeps the file's size and loads without an error (the lowest bit of a weight, of an Adam
+    moment): its sha256, recorded when the checkpoint was written, names it."""
     torch.set_num_threads(1)
     whole = job(task, tmp_path / "whole", 1)
     run_training(whole, "cpu", checkpoint_every=2)
     killed = killed_run(task, tmp_path / "killed", monkeypatch)
     folder = next((Path(killed.checkpoint_dir) / "resume").glob("it*"))
     file = {"truncated weights": "llm1.safetensors", "garbled optimizer": "llm1.optimizer.pt",
-            "garbled state.json": "state.json", "missing rng": "rng.pt"}[damage]
+            "garbled state.json": "state.json", "missing rng": "rng.pt", "a bit flipped in the weights":
+            "llm1.safetensors", "a bit flipped in the optimizer": "llm1.optimizer.pt"}[damage]
     path = folder / file
-    if damage == "truncated weights":
+    size = path.stat().st_size
+    if damage.startswith("a bit flipped"):
+        flip_a_byte(path, at=size // 2)
+        assert path.stat().st_size == size
+    elif damage == "truncated weights":
         path.write_bytes(path.read_bytes()[:1000])
     elif damage == "missing rng":
         path.unlink()
@@ -117,6 +129,8 @@ def test_a_damaged_checkpoint_is_named_and_its_run_starts_over(task, tmp_path, m
     summary = run_training(killed, "cpu", checkpoint_every=2)
     said = capsys.readouterr().out
     assert f"[train] g/r/seed0: {path}: " in said and "the run starts over" in said
+    if damage.startswith("a bit flipped"):
+        assert f"{path}: its content differs from the recorded sha256" in said
     assert summary["resumed_after"] is None  # from nothing, and to the uninterrupted run's history
     assert history(tmp_path / "killed/run") == history(tmp_path / "whole/run")
 
@@ -134,7 +148,7 @@ def test_the_train_stage_starts_over_a_run_whose_checkpoint_state_is_garbled(tas
     killed = killed_run(task, tmp_path, monkeypatch)
     state = next((Path(killed.checkpoint_dir) / "resume").glob("it*")) / "state.json"
     state.write_text("{")
-    _, todo = stage.plan([killed])  # one error named, the run in todo from nothing; the stage goes on
+    _, todo, _ = plan([killed], checkpoint_extra)  # one error named, the run in todo from nothing; the stage goes on
     assert todo == [killed] and f"{state}: cannot be read" in capsys.readouterr().out
     assert not Path(killed.checkpoint_dir).exists()
 
@@ -184,7 +198,7 @@ def test_wall_clock_seconds_in_a_models_record_leave_the_runs_fingerprints(tmp_p
 
     def fingerprint() -> str:
         content_digest.cache_clear()  # one stage process hashes each folder once; here they change in between
-        return stage.fingerprint(run, "code")
+        return jobs.fingerprint(run, "code")
 
     before = fingerprint()
     for folder in (model, reward):
@@ -217,7 +231,7 @@ def test_the_store_deleted_mid_run_is_one_warning_and_the_outputs_are_intact(tas
     assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
     for one in runs:
         rows = list(csv.DictReader(open(Path(one.run_dir) / "history.csv")))
-        assert len(rows) == 7 and stage.finished_summary(one) is not None
+        assert len(rows) == 7 and finished_summary(one) is not None
 
 
 @pytest.mark.parametrize("damage", ["flipped byte in the weights", "truncated record", "missing tokenizer",

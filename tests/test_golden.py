@@ -9,8 +9,7 @@ import torch
 
 from cory.rl.trainer import Trainer
 
-from test_trainer import QUERIES, config
-from tiny import good_word_reward, tiny_lm, tiny_tokenizer
+from tiny import QUERIES, config, good_word_reward, tiny_lm, tiny_tokenizer
 
 GOLDEN = {
     1: {"llm1/task_reward": 0.0458333, "llm1/kl": 0.2932603, "llm1/policy_loss": -0.0516181,

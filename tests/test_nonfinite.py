@@ -14,8 +14,7 @@ from cory.rl.metrics import MetricsWriter
 from cory.rl.ppo import NonFiniteError
 from cory.rl.trainer import Trainer
 
-from test_trainer import QUERIES, config, nan_for_the_second_query
-from tiny import good_word_reward, tiny_lm, tiny_tokenizer
+from tiny import QUERIES, config, good_word_reward, nan_for_the_second_query, tiny_lm, tiny_tokenizer
 
 
 def with_ppo(cfg, **changes):

@@ -16,13 +16,10 @@ from pipeline.params import validate
 from cory.report.config import ReportConfig
 from pipeline.profile import render
 
-
-@pytest.fixture(scope="module")
-def default():
-    return render("default")
+from project_fixtures import default, full, write_profiles  # noqa: F401 (default, full: profiles' trees, fixtures)
 
 
-@pytest.mark.parametrize("name", ["default", "smoke", "paper"])
+@pytest.mark.parametrize("name", ["default", "full", "smoke", "paper"])
 def test_every_profile_renders_to_a_valid_tree(name):
     params = render(name)
     validate(params)
@@ -57,7 +54,7 @@ def test_an_edited_params_yaml_is_valid_params(tmp_path, default):
 
 
 def test_unknown_profile_names_the_known_ones():
-    with pytest.raises(ConfigError, match=r"known profiles: default, paper, (paper_standins, )?smoke"):
+    with pytest.raises(ConfigError, match=r"known profiles: default, full, paper, (paper_standins, )?smoke"):
         render("fast")
 
 
@@ -71,7 +68,8 @@ def test_unknown_profile_names_the_known_ones():
         (lambda p: p["train"]["ppo"].update(vf_coef=-0.1), r"train\.ppo\.vf_coef: must be >= 0"),
         (lambda p: p["experiments"]["imdb"]["runs"]["cory"].update(train={"cory": {"n_agents": 3}}),
          r"experiments\.imdb\.runs\.cory\.train\.cory\.n_agents: must be one of \[1, 2\]"),
-        (lambda p: p["experiments"]["pareto"].update(task="gsm8k"), r"experiments\.pareto\.task: unknown task 'gsm8k'"),
+        (lambda p: p["experiments"]["imdb_smollm2"].update(task="gsm8k"),
+         r"experiments\.imdb_smollm2\.task: unknown task 'gsm8k'"),
         (lambda p: p.update(seeds=[0, 0]), r"seeds: must not repeat"),
         (lambda p: p.update(stages={}), r"stages: unknown top-level setting"),
         (lambda p: p.pop("report"), r"report: section missing"),
@@ -168,12 +166,6 @@ def test_params_file_errors_name_the_file(tmp_path, text, message):
         load_params(path)
 
 
-def write_profiles(folder, overlay: str):
-    folder.mkdir()
-    (folder / "default.yaml").write_text((ROOT / "profiles" / "default.yaml").read_text())
-    (folder / "mine.yaml").write_text(overlay)
-
-
 @pytest.mark.parametrize(
     "overlay, message",
     [
@@ -182,8 +174,9 @@ def write_profiles(folder, overlay: str):
         ("experiments: {imdb: {train: {ppo: {lerning_rate: 0.1}}}}\n",
          r"mine\.yaml: experiments\.imdb\.train\.ppo\.lerning_rate: unknown setting"),
         # Under a mapping of names validation accepts a new name, which would add a run, model or task of defaults.
-        ("experiments: {imdb: {runs: {cory_no_tk: {train: {cory: {knowledge_transfer: false}}}}}}\n",
-         r"mine\.yaml: experiments\.imdb\.runs\.cory_no_tk: no such entry in profiles/default\.yaml \(did you mean 'cory_no_kt'\?\)"),
+        ("experiments: {imdb_smollm2: {runs: {cory_no_tk: {train: {cory: {knowledge_transfer: false}}}}}}\n",
+         r"mine\.yaml: experiments\.imdb_smollm2\.runs\.cory_no_tk: no such entry in profiles/default\.yaml "
+         r"\(did you mean 'cory_no_kt'\?\)"),
         ("base_models: {imdb_smal: {lm: {n_layer: 1}}}\n", r"mine\.yaml: base_models\.imdb_smal: no such entry"),
         ("evaluation: {models: {cory_llm3: x}}\n", r"mine\.yaml: evaluation\.models\.cory_llm3: no such entry"),
         ("train:\n", r"mine\.yaml: train: must be a mapping, got NoneType"),  # an empty block, not "all defaults"
@@ -240,8 +233,9 @@ def exists(tree, dotted: str) -> bool:
         ("reward_model.classifier.max_length", 1024),  # was "classifier.max_length", once the model was built
     ],
 )
-def test_errors_name_a_setting_path_that_exists(default, dotted, bad):
-    params = copy.deepcopy(default)
+def test_errors_name_a_setting_path_that_exists(full, dotted, bad):
+    """On the full profile, which has every kind of group (a sweep, the scratch ablations)."""
+    params = copy.deepcopy(full)
     *parents, leaf = dotted.split(".")
     node = params
     for key in parents:
@@ -250,7 +244,7 @@ def test_errors_name_a_setting_path_that_exists(default, dotted, bad):
     with pytest.raises(ConfigError) as caught:
         validate(params)
     named = str(caught.value).split(": ")[0]
-    assert exists(default, named), f"{caught.value} names {named!r}, which is not in params.yaml"
+    assert exists(full, named), f"{caught.value} names {named!r}, which is not in params.yaml"
     assert named.startswith(dotted.rsplit(".", 1)[0])
 
 
@@ -265,31 +259,36 @@ def test_train_stage_without_its_inputs_names_the_missing_file(tmp_path, default
     assert "outputs/missing_inputs_test/data/imdb/prompts.jsonl not found (run its data stage first)" in result.stderr
     assert "Traceback" not in result.stderr
 def smollm2_runs(p: dict, runs: tuple[str, ...]) -> None:
-    """The default profile's SmolLM2 group with only `runs` of the scratch group's (on its own base model)."""
-    imdb = p["experiments"]["imdb"]["runs"]
-    p["experiments"]["imdb_smollm2"]["runs"] = {name: {**imdb[name], "model": "smollm2"} for name in runs}
+    """The default profile's SmolLM2 group with only `runs` of its own."""
+    own = p["experiments"]["imdb_smollm2"]["runs"]
+    p["experiments"]["imdb_smollm2"]["runs"] = {name: own[name] for name in runs}
+
+
+MECHANISM_RUNS = ("ppo", "ppo_kl045", "ppo_kl07", "cory", "cory_kl045", "cory_no_kt")
+"""The runs the default profile's report.mechanism compares."""
 
 
 @pytest.mark.parametrize(
-    "edit, message",
+    "profile, edit, message",
     [
-        (lambda p: p["report"].update(imdb_groups=["imdb", "imdb_smol"]),
-         r"^report\.imdb_groups: no experiment group 'imdb_smol' \(known: imdb, imdb_smollm2, math, pareto, pareto_math\)"),
-        (lambda p: p["report"].update(imdb_groups=["math"]),
+        ("default", lambda p: p["report"].update(imdb_groups=["imdb", "imdb_smol"]),
+         r"^report\.imdb_groups: no experiment group 'imdb_smol' \(known: imdb, imdb_smollm2, math\)"),
+        ("default", lambda p: p["report"].update(imdb_groups=["math"]),
          r"^report\.imdb_groups: group 'math' is no IMDB group: it trains task 'math' \(reward 'math'\)"),
-        (lambda p: p["report"].update(imdb_groups=["pareto"]),
+        ("full", lambda p: p["report"].update(imdb_groups=["pareto"]),
          r"^report\.imdb_groups: group 'pareto' is no IMDB group: .* and sweeps the KL coefficient"),
-        (lambda p: smollm2_runs(p, ("ppo", "cory_no_kt")),
+        ("default", lambda p: p["report"].update(mechanism=None) or smollm2_runs(p, ("ppo", "cory_no_kt")),
          r"^experiments\.imdb_smollm2\.runs\.cory: missing; report\.imdb_groups lists this group"),
         # min_seeds applies where the report tests claims
-        (lambda p: p["experiments"]["pareto_math"].update(seeds=[0]),
+        ("full", lambda p: p["experiments"]["pareto_math"].update(seeds=[0]),
          r"^experiments\.pareto_math\.seeds: group 'pareto_math' runs 1 seed\(s\) \[0\], and the report's claims "
          r"read it: an interval over seeds needs at least report\.min_seeds = 3"),
-        (lambda p: p["report"].update(min_seeds=6), r"^seeds: group 'imdb' runs 4 seed\(s\) \[0, 1, 2, 3\]"),
+        ("default", lambda p: p["report"].update(min_seeds=6),
+         r"^experiments\.imdb\.seeds: group 'imdb' runs 4 seed\(s\) \[0, 1, 2, 3\]"),
     ],
 )
-def test_the_report_settings_are_checked_against_the_groups(default, edit, message):
-    params = copy.deepcopy(default)
+def test_the_report_settings_are_checked_against_the_groups(request, profile, edit, message):
+    params = copy.deepcopy(request.getfixturevalue(profile))
     edit(params)
     with pytest.raises(ConfigError, match=message):
         validate(params)
@@ -298,13 +297,13 @@ def test_the_report_settings_are_checked_against_the_groups(default, edit, messa
 def test_a_second_imdb_group_and_an_untested_profile_are_valid(default):
     params = copy.deepcopy(default)
     assert validate(params).report.imdb_groups == ("imdb", "imdb_smollm2")
-    smollm2_runs(params, ("ppo", "cory", "cory_no_kt"))  # a group with some of the ablations is read as far as it goes
+    smollm2_runs(params, MECHANISM_RUNS)  # a group with some of the ablations is read as far as it goes
     validate(params)
     params["report"].update(min_seeds=6, test_claims=False)  # numbers without verdicts: no floor on the seeds
     validate(params)
     smoke = validate(render("smoke"))
     assert smoke.seeds == [0] and smoke.report.test_claims is False
-    with pytest.raises(ConfigError, match=r"^seeds: group 'imdb' runs 1 seed\(s\) \[0\]"):
+    with pytest.raises(ConfigError, match=r"^experiments\.imdb\.seeds: group 'imdb' runs 1 seed\(s\) \[0\]"):
         validate({**render("smoke"), "report": {"min_seeds": 3}})
     assert ReportConfig().min_seeds == validate(default).report.min_seeds == 3
 

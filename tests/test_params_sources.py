@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from test_params import default  # noqa: F401 (the default profile's tree, a fixture)
 from cory.schema import ConfigError
 from pipeline.params import Params, deviations, validate
 from pipeline.paths import ROOT
 from pipeline.profile import render, write
-from test_params import write_profiles
+
+from project_fixtures import default, full, write_profiles  # noqa: F401 (default, full: profiles' trees, fixtures)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -62,8 +62,9 @@ def put(tree: dict, dotted: str, value) -> None:
         ("tasks.math.reward_model", "reward", r"^tasks\.math\.reward_model: ignored: the 'math' reward reads no model"),
     ],
 )
-def test_a_setting_that_would_be_overwritten_or_ignored_is_an_error_naming_it(default, dotted, value, message):
-    params = copy.deepcopy(default)
+def test_a_setting_that_would_be_overwritten_or_ignored_is_an_error_naming_it(full, dotted, value, message):
+    """On the full profile, which has every kind of group (a sweep among them)."""
+    params = copy.deepcopy(full)
     put(params, dotted, value)
     with pytest.raises(ConfigError, match=message):
         validate(params)
@@ -72,8 +73,9 @@ def test_a_setting_that_would_be_overwritten_or_ignored_is_an_error_naming_it(de
 def test_a_hub_model_rejects_the_settings_of_a_scratch_model(default):
     params = copy.deepcopy(default)
     params["base_models"]["imdb_small"]["source"] = "gpt2-large"  # keeps default.yaml's lm and pretrain
-    with pytest.raises(ConfigError, match=r"^base_models\.imdb_small\.lm: ignored: source 'gpt2-large' is loaded"):
-        validate(params)
+    with pytest.raises(ConfigError, match=r"^base_models\.imdb_small\.lm, base_models\.imdb_small\.pretrain: ignored: "
+                                          r"source 'gpt2-large' is loaded"):
+        validate(params)  # both at once
     params = copy.deepcopy(default)
     params["reward_model"] = {"source": "lvwerra/distilbert-imdb", "init_from": None,
                               "classifier": {"max_length": 256, "epochs": 2.0}}
@@ -137,8 +139,8 @@ def test_evaluated_model_folders_are_checked_against_the_runs_params_define(defa
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda p: p["experiments"]["imdb"]["runs"].update(cory_nokt=p["experiments"]["imdb"]["runs"].pop("cory_no_kt")),
-         r"^experiments\.imdb\.runs\.cory_no_kt: missing; the report reads this run"),
+        (lambda p: p["experiments"]["imdb"]["runs"].update(cory1=p["experiments"]["imdb"]["runs"].pop("cory")),
+         r"^experiments\.imdb\.runs\.cory: missing; the report reads this run"),
         (lambda p: p["experiments"]["imdb"]["runs"].update(ppo_2x={"model": "imdb_large"}),
          r"^experiments\.imdb\.runs\.ppo_2x: the report reads it as a PPO run, but it trains two agents"),
         (lambda p: p["experiments"].pop("math") and p["evaluation"]["models"].update(
@@ -152,17 +154,19 @@ def test_evaluated_model_folders_are_checked_against_the_runs_params_define(defa
         (lambda p: p["evaluation"]["models"].pop("cory_llm2"), r"^evaluation\.models: needs cory_llm2"),
     ],
 )
-def test_the_runs_the_report_reads_are_checked_against_params(default, edit, message):
-    params = copy.deepcopy(default)
+def test_the_runs_the_report_reads_are_checked_against_params(full, edit, message):
+    """On the full profile: the report reads its sweeps too."""
+    params = copy.deepcopy(full)
     edit(params)
     with pytest.raises(ConfigError, match=message):
         validate(params)
 
 
 @pytest.mark.parametrize("dropped", [("pareto_math",), ("pareto", "pareto_math")])
-def test_params_without_a_tasks_sweep_are_valid(default, dropped):
-    """The report then says its frontier claim is not measurable (tests/test_report.py)."""
-    params = copy.deepcopy(default)
+def test_params_without_a_tasks_sweep_are_valid(full, dropped):
+    """The report then says its frontier claim is not measurable (tests/test_report.py); the default profile has
+    neither sweep."""
+    params = copy.deepcopy(full)
     for group in dropped:
         params["experiments"].pop(group)
     validate(params)
@@ -174,7 +178,7 @@ def test_params_without_a_tasks_sweep_are_valid(default, dropped):
         validate(params)
 
 
-@pytest.mark.parametrize("name", ["default", "smoke", "paper"])
+@pytest.mark.parametrize("name", ["full", "smoke", "paper"])
 def test_the_math_sweep_trains_as_the_math_group_does_at_a_fixed_eta(name):
     """profiles write experiments.pareto_math.train out in full (a YAML alias would put anchors in params.yaml):
     it must stay the math group's train block, less the KL coefficient its sweep_eta sets, with adaptive_kl off, and
@@ -193,18 +197,22 @@ def test_the_math_sweep_trains_as_the_math_group_does_at_a_fixed_eta(name):
     assert set(experiments["pareto_math"]["runs"]) == {"ppo", "cory"}
 
 
-def test_the_default_profile_spends_its_seeds_on_the_imdb_groups(default):
-    """4 seeds for the scratch IMDB group (the top-level seeds), 3 for SmolLM2's, math and the sweeps (the report's
-    floor, report.min_seeds): the seed budget of one 15-minute GPU repro."""
+def test_the_default_profile_spends_its_seeds_on_the_mechanism_experiment(default, full):
+    """6 seeds for the SmolLM2 mechanism experiment (the decision rule's signed-rank test decides a direction from 6
+    pairs), 4 for the scratch IMDB sanity check, 3 for math and the full profile's sweeps (the report's floor,
+    report.min_seeds)."""
     tree = validate(default)
-    assert tree.seeds == [0, 1, 2, 3] and tree.experiments["imdb"].seeds is None
-    assert tree.experiments["imdb_smollm2"].seeds == [0, 1, 2]
-    assert tree.experiments["math"].seeds == tree.experiments["pareto"].seeds == [0, 1, 2]
-    sweep = tree.experiments["pareto_math"]
-    assert sweep.seeds == [0, 1, 2] and sweep.sweep_eta == [0.01, 0.3] and tree.report.min_seeds == 3
-    for group in ("math", "pareto_math"):  # one micro-batch of 128 (diagnostics.sh math-microbatch): 12 math runs at
-        ppo = default["experiments"][group]["train"]["ppo"]  # once fit one H100 with the corpus vocabulary
-        assert (ppo["mini_batch_size"], ppo["gradient_accumulation_steps"], ppo["speed"]["forward_batch_size"]) == (128, 1, 128)
+    assert tree.seeds == [0, 1, 2, 3, 4, 5] and tree.experiments["imdb_smollm2"].seeds == tree.seeds
+    assert tree.experiments["imdb"].seeds == [0, 1, 2, 3]
+    assert tree.experiments["math"].seeds == [0, 1, 2] and tree.report.min_seeds == 3
+    assert set(tree.experiments) == {"imdb", "imdb_smollm2", "math"}
+    swept = validate(full).experiments
+    assert swept["pareto"].seeds == swept["pareto_math"].seeds == [0, 1, 2]
+    assert swept["pareto_math"].sweep_eta == [0.01, 0.3]
+    for profile, group in ((default, "math"), (full, "pareto_math")):  # one micro-batch of 128 (the math micro-batch
+        ppo = profile["experiments"][group]["train"]["ppo"]  # diagnostics): 12 math runs at once fit one H100 with
+        assert (ppo["mini_batch_size"], ppo["gradient_accumulation_steps"],  # the corpus vocabulary
+                ppo["speed"]["forward_batch_size"]) == (128, 1, 128)
     assert validate(render("paper")).experiments["pareto_math"].seeds is None  # the paper profile: every seed
 
 
@@ -217,9 +225,9 @@ def math_copy_with_seeds(p: dict, seeds: list[int]) -> None:
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda p: p["experiments"]["pareto_math"].update(seeds=[0, 5]),
-         r"^experiments\.pareto_math\.seeds: must be a subset of the top-level seeds \[0, 1, 2, 3\]; \[5\] are not"),
-        (lambda p: p["experiments"]["pareto_math"].update(seeds=[]), r"^experiments\.pareto_math\.seeds: must name"),
+        (lambda p: p["experiments"]["math"].update(seeds=[0, 7]),
+         r"^experiments\.math\.seeds: must be a subset of the top-level seeds \[0, 1, 2, 3, 4, 5\]; \[7\] are not"),
+        (lambda p: p["experiments"]["math"].update(seeds=[]), r"^experiments\.math\.seeds: must name"),
         (lambda p: p.update(seeds=[1, 2]),
          r"^experiments\.\w+\.seeds: must be a subset of the top-level seeds \[1, 2\]"),
         # pass@k evaluates one set of seeds: every group it reads models of must train them
@@ -236,7 +244,7 @@ def test_a_groups_seeds_are_checked_against_the_top_level_seeds(default, edit, m
 
 
 def test_params_of_a_side_experiment_without_the_reports_groups_are_valid(default):
-    """tools/variants.py writes params with one group of its own: no report is made of them."""
+    """A params file of side-by-side variant runs, in a group of their own: no report is made of them."""
     params = copy.deepcopy(default)
     params["experiments"] = {"variants": {**params["experiments"]["math"], "runs": {"a": {}, "b": {}}}}
     params["evaluation"]["models"] = {"base": "models/math", "a": "checkpoints/variants/a/seed{seed}/llm1"}

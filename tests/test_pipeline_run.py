@@ -7,9 +7,8 @@ from mlflow.tracking import MlflowClient
 
 from cory.report.pipeline_run import headline_markdown, log_pipeline_run
 from cory.tracking.runs import start_run
-from test_tracking import CONFIG, runs_of, warnings_in
-from test_tracking import never_the_project_store, store  # noqa: F401 (the store fixtures, for these tests too)
-from test_tracking_restore import write_run_folder
+from store_fixtures import CONFIG, runs_of, warnings_in, write_run_folder
+from store_fixtures import never_the_project_store, store  # noqa: F401 (the store fixtures, for these tests too)
 
 
 def run_of(name: str, seeds: dict[int, dict[str, list[float]]]):

@@ -53,6 +53,12 @@ def test_every_run_wrote_history_summary_and_samples(smoke_repo):
         summary = json.loads((run / "summary.json").read_text())
         assert "llm1/kl" in summary["final"]
         assert (run / "samples.jsonl").stat().st_size > 0
+    # each group's final values: one file a group of the profile, a row a run x seed
+    groups = yaml.safe_load((smoke_repo / "params.yaml").read_text())["experiments"]
+    finals = smoke_repo / "outputs/smoke/metrics/train"
+    assert sorted(p.stem for p in finals.glob("*.json")) == sorted(groups)
+    rows = json.loads((finals / "imdb.json").read_text())
+    assert "imdb/ppo/seed0" in rows and set(rows["imdb/cory/seed0"]) >= {"llm1/kl", "llm2/task_reward"}
 
 
 def test_where_the_time_went_is_recorded(smoke_repo):
@@ -181,16 +187,21 @@ def test_changing_one_runs_settings_retrains_that_run_only(smoke_repo, tmp_path)
     env = clean_env()
     runs = repo / "outputs/smoke/runs"
     before = {p.parent.relative_to(runs): p.read_bytes() for p in runs.glob("*/*/seed0/summary.json")}
-    profile = yaml.safe_load((repo / "profiles/smoke.yaml").read_text())
-    profile["experiments"]["math"]["runs"] = {"ppo": {"train": {"ppo": {"learning_rate": 2.0e-5}}}}
-    (repo / "profiles/smoke.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    profile = (repo / "profiles/smoke.yaml").read_text()  # edited as text: its !replace tags stay as they are
+    math = "\n  math:\n    seeds: [0]\n"  # experiments.math
+    assert profile.count(math) == 1
+    lr = "    runs: {ppo: {train: {ppo: {learning_rate: 2.0e-5}}}}\n"
+    (repo / "profiles/smoke.yaml").write_text(profile.replace(math, math + lr))
     sh(sys.executable, "-m", "pipeline.profile", "smoke", cwd=repo, env=env)
+    gone = repo / "outputs/smoke/metrics/train/old_group.json"  # a group no longer in params
+    gone.write_text("{}\n")
     out = sh("dvc", "repro", cwd=repo, env=env)
     assert f"[train] {len(before)} runs: {len(before) - 1} finished with the same fingerprint (kept), 0 to resume, " \
            "1 to train" in out, out[-3000:]
     after = {p.parent.relative_to(runs): p.read_bytes() for p in runs.glob("*/*/seed0/summary.json")}
     changed = sorted(str(k) for k in before if after[k] != before[k])
     assert changed == ["math/ppo/seed0"]
+    assert not gone.exists()  # the stage owns the folder's files: a group gone from params goes from it too
     assert json.loads(sh("dvc", "status", "--json", cwd=repo, env=env)) == {}
 
 

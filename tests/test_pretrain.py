@@ -6,7 +6,7 @@ import huggingface_hub
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny import WORDS, tiny_tokenizer
+from tiny import WORDS, tok, toy_sentiment  # noqa: F401 (tok: the tiny tokenizer, a fixture)
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from cory.schema import ConfigError, from_dict
@@ -17,11 +17,6 @@ from cory.tasks.config import LMConfig, PretrainConfig
 from cory.tasks.pretrain import build_causal_lm, lm_loss, pretrain_lm, sample_texts
 
 TINY = LMConfig(n_layer=2, n_embd=32, n_head=2, n_positions=64, dropout=0.0)
-
-
-@pytest.fixture
-def tok():
-    return tiny_tokenizer()
 
 
 def test_parameter_count_is_gpt2s_formula():
@@ -128,11 +123,6 @@ def test_pretrain_config_errors_name_the_setting():
         from_dict(PretrainConfig, {"batch_tokens": 256, "seq_len": 64, "micro_batches": 3}, "base_models.x.pretrain")
     with pytest.raises(ConfigError, match=r"lm.n_head: must divide n_embd"):
         from_dict(LMConfig, {"n_embd": 30, "n_head": 4}, "lm")
-
-
-def toy_sentiment(n: int) -> tuple[list[str], list[int]]:
-    texts = [("the movie was very good" if i % 2 else "the film was very bad") + " and the plot" * (i % 3) for i in range(n)]
-    return texts, [i % 2 for i in range(n)]
 
 
 def test_classifier_learns_a_separable_toy_task(tok):

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.text import Text
-from test_report import load_fixture, write_fixture
-from test_report_truth import run_of
+from report_fixtures import load_fixture, run_of, write_fixture
 
 from cory.report import plots
 from cory.report.config import ReportConfig

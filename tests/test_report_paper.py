@@ -3,7 +3,6 @@ IMDB group, profiles that test no claim, and a rerun compared claim by claim."""
 
 import json
 import re
-import math
 
 import numpy as np
 import pytest
@@ -13,8 +12,8 @@ from cory.report.config import ReportConfig
 from cory.report.markdown import claim_markdown, rerun_rows, summary_json
 from cory.report.report import write_report
 
-from test_report import claims_by_key, copy_imdb_group, experiments_of, fixture_experiments, load_fixture, write_fixture
-from test_report_truth import run_of
+from report_fixtures import (claims_by_key, copy_imdb_group, experiments_of, fixture_experiments, load_fixture, run_of,
+                             write_fixture)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -22,49 +21,66 @@ from test_report_truth import run_of
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def test_collapse_rates_and_the_calibration_target(tmp_path):
-    write_fixture(tmp_path, cory_kl={0: 5.0, 1: 5.0, 2: 9.5})  # PPO ends at KL 14.7-15.3, CORY at 4.9-9.8
-    claim = claims_by_key(tmp_path, collapse_kl=10.0)["imdb_collapse"]
-    assert claim.verdict == HELD  # 3 of 3 against 0 of 3: the exact interval clears 0
-    assert [r.interval.estimate for r in claim.results] == [1.0, 1.0]
-    assert all(isinstance(e, RateDifference) and r.method == "exact" for e, r in zip(claim.effects, claim.results))
-    assert claim.notes[0].startswith("PPO collapsed on 3 of 3 seeds (rate 1.00; 95% Clopper-Pearson interval [0.29,")
-    assert claim.notes[1].startswith("CORY-LLM1 collapsed on 0 of 3 seeds")
-    assert claim.notes[3].startswith("Calibration target (PPO's final KL >= 10 on every seed, ") and ": met;" in \
-        claim.notes[3]
-    assert "exceeds 10 (report.collapse_kl)" in claim.rule
-    # CORY's seed 2 (KL 9.8) collapses at a limit of 9: 3 of 3 against 1 of 3 does not clear 0
-    claim = claims_by_key(tmp_path, collapse_kl=9.0)["imdb_collapse"]
-    assert claim.notes[1].startswith("CORY-LLM1 collapsed on 1 of 3 seeds (rate 0.33; 95% Clopper-Pearson interval "
-                                     "[0.01, 0.91])")
-    assert claim.verdict == INCONCLUSIVE and claim.results[0].interval.low < 0 < claim.results[0].interval.high
-    assert claim.results[0].seeds_needed > 3
-    # no PPO seed collapses at 16, nor CORY's, and PPO is short of a calibration target of 16: nothing is decided
-    claim = claims_by_key(tmp_path, collapse_kl=16.0, calibration_kl=16.0)["imdb_collapse"]
-    assert claim.verdict == INCONCLUSIVE and ": not met;" in claim.notes[3] and claim.seeds_needed == math.inf
-    write_fixture(tmp_path / "high", cory_kl=20.0)  # CORY at KL ~20, PPO at ~15: only CORY collapses above 17
-    assert claims_by_key(tmp_path / "high", collapse_kl=17.0)["imdb_collapse"].verdict == NOT_HELD
+SIX = tuple(range(6))
+
+
+def test_collapse_is_read_from_behaviour_with_each_methods_own_rate(tmp_path):
+    # the fixture's distinct-2 falls as 0.9 exp(-KL / 10): PPO (KL ~15) ends below half its start, CORY (KL ~5) not
+    write_fixture(tmp_path / "plain", seeds=SIX)
+    claim = claims_by_key(tmp_path / "plain")["imdb_collapse"]
+    assert claim.verdict == HELD  # 6 of 6 (Clopper-Pearson [0.54, 1] above 1/2) against 0 of 6 ([0, 0.46])
+    assert [(r.kind, r.verdict) for r in claim.results] == [("rate", HELD)] * 5
+    assert [r.statement for r in claim.results[:3]] == [
+        "PPO collapses: its rate of degenerate seeds is above 0.5", "CORY-LLM1 does not: its rate is below 0.5",
+        "PPO's rate is above CORY-LLM1's"]
+    assert claim.results[0].interval.low == pytest.approx(0.025 ** (1 / 6)) and claim.results[0].method == \
+        "Clopper-Pearson, 6 of 6"
+    assert isinstance(claim.effects[2], RateDifference) and claim.results[2].method == "exact unconditional"
+    assert claim.notes[0].startswith("diversity lost (final distinct-2 / iteration 0's < 0.5): PPO 6 of 6 [0.54, "
+                                     "1.00]; CORY-LLM1 0 of 6 [0.00, 0.46]")
+    assert claim.notes[4].startswith("KL above report.collapse_kl (final KL (as pioneer) > 20): PPO 0 of 6")
+    assert claim.notes[-1].startswith("Calibration target (PPO's final KL >= 10 on every seed") and ": met." in \
+        claim.notes[-1]
+    # the KL is shown, not counted: a cut-off below every method's KL makes no seed degenerate
+    claim = claims_by_key(tmp_path / "plain", collapse_kl=1.0)["imdb_collapse"]
+    assert claim.verdict == HELD and "CORY-LLM1 6 of 6" in claim.notes[4]
+    # CORY-LLM1's last answers leak a chat-template token: CORY collapses too, on 6 of 6 seeds
+    write_fixture(tmp_path / "leak", seeds=SIX, leak=("imdb/cory",))
+    claim = claims_by_key(tmp_path / "leak")["imdb_collapse"]
+    assert claim.verdict == NOT_HELD and claim.results[1].verdict == NOT_HELD  # [0.54, 1] lies above 1/2
+    assert claim.notes[3].startswith("template leakage (share of end answers with a template token >= 0.05): PPO 0 of "
+                                     "6 [0.00, 0.46]; CORY-LLM1 6 of 6")
+    # three seeds decide neither own rate: 3 of 3 gives [0.29, 1]
+    write_fixture(tmp_path / "three")
+    claim = claims_by_key(tmp_path / "three")["imdb_collapse"]
+    assert claim.verdict == INCONCLUSIVE and claim.results[0].seeds_needed == 6
 
 
 def test_combined_reward_falls_less_for_cory_as_the_paper_reads_it():
     t = np.arange(100, dtype=float)
 
     def combined(end: float, seed: int) -> np.ndarray:  # +0.45 for 10 iterations, then linearly to `end`
-        return np.where(t < 10, 0.45, 0.45 + (end - 0.45) * (t - 10) / 89) + 0.01 * seed
+        return np.where(t < 10, 0.45, 0.45 + (end - 0.45) * (t - 10) / 89) + 0.01 * seed * t / 99
 
-    ppo = run_of({s: {"llm1/combined_reward": combined(-8.7, s)} for s in range(3)}, {"ppo": {"init_kl_coef": 0.3}},
+    ppo = run_of({s: {"llm1/combined_reward": combined(-8.7, s)} for s in SIX}, {"ppo": {"init_kl_coef": 0.3}},
                  "imdb/ppo")
     cory = run_of({s: {"llm1/combined_reward": combined(-1.1, s), "llm2/combined_reward": combined(-1.3, s)}
-                   for s in range(3)}, {"ppo": {"init_kl_coef": 0.3}}, "imdb/cory")
+                   for s in SIX}, {"ppo": {"init_kl_coef": 0.3}}, "imdb/cory")
     claim = combined_fall_claim(ppo, cory, None, Context(ReportConfig()))
     # the last 10 iterations' mean lies (0.45 - end) x 84.5 / 89 below the start (the first 10 iterations' mean)
-    assert claim.means()["PPO fall (start - final)"] == pytest.approx((0.45 + 8.7) * 84.5 / 89)
-    factor = (8.7 + 0.45) / (1.1 + 0.45)  # 5.9, as the paper's end points give it
-    assert claim.results[0].interval.estimate == pytest.approx(factor, rel=1e-6)
+    assert claim.means()["CORY-LLM1 fall (start - final)"] == pytest.approx((0.45 + 1.1) * 84.5 / 89, abs=0.03)
+    direction, size = claim.results[:2]
+    assert (direction.kind, direction.verdict, direction.p) == ("direction", HELD, 1 / 64)
+    # the ratio as a contrast: PPO's fall - 2 x CORY's, (9.15 - 2 x 1.55) x 84.5 / 89 = 5.74, no division by a fall
+    assert size.label == "PPO's fall - 2 x CORY-LLM1's" and size.interval.estimate == pytest.approx(5.74, abs=0.03)
     assert claim.verdict == HELD and claim.paper_values["PPO's fall / CORY-LLM1's fall"].value == 5.9
-    assert "mean fall of PPO / mean fall of CORY-LLMx > 2" in claim.rule
+    assert "PPO's fall - 2 x CORY-LLMx's > 0" in claim.rule
     text = "\n".join(claim_markdown(1, claim))
     assert "| PPO final combined reward |" in text and "| -8.7 |" in text and "PPO-GPT-2-l at iteration ~100" in text
+    # a CORY whose combined reward rises: its fall is negative, and the contrast simply grows
+    rising = run_of({s: {"llm1/combined_reward": combined(2.0, s), "llm2/combined_reward": combined(2.0, s)}
+                     for s in SIX}, {"ppo": {"init_kl_coef": 0.3}}, "imdb/cory")
+    assert combined_fall_claim(ppo, rising, None, Context(ReportConfig())).verdict == HELD
 
 
 def test_each_imdb_group_gets_its_own_claims(tmp_path):
@@ -75,12 +91,18 @@ def test_each_imdb_group_gets_its_own_claims(tmp_path):
                            imdb_groups=("imdb", "imdb_smollm2"))
     assert claims["imdb_smollm2/imdb_kl_ratio"].paper.startswith("SmolLM2-135M: PPO's final KL")
     assert claims["imdb_kl_ratio"].paper.startswith("imdb_small (30M, from scratch): PPO's final KL")
-    assert claims["imdb_smollm2/imdb_kl_ratio"].verdict == claims["imdb_kl_ratio"].verdict == HELD  # the same runs
+    assert [(r.interval, r.verdict) for r in claims["imdb_smollm2/imdb_kl_ratio"].results] == [
+        (r.interval, r.verdict) for r in claims["imdb_kl_ratio"].results]  # the same runs
     assert claims["imdb_smollm2/imdb_kl_ratio"].figure == "fig3_imdb_smollm2.png"  # its own Fig. 3
-    assert claims["imdb_kl_ratio"].figure == "fig3_imdb.png" and claims["imdb_smollm2/no_kt_kl"].figure == ""
-    smollm2 = {key.split("/", 1)[1] for key in claims if key.startswith("imdb_smollm2/")}
-    assert smollm2 == {"imdb_similar_reward", "imdb_kl_ratio", "imdb_llms_coincide", "imdb_combined_reward",
-                       "imdb_combined_fall", "imdb_collapse", "no_kt_kl", "no_kt_unstable"}  # no PPO-2x, REx, coop
+    assert claims["imdb_kl_ratio"].figure == "fig3_imdb.png"
+    assert claims["imdb_smollm2/no_kt_kl"].figure == "fig6_ablations_imdb_smollm2.png"  # its own Fig. 6
+    assert claims["imdb_smollm2/imdb_2x_model"].figure == ""  # not tested: no figure
+    smollm2 = {key.split("/", 1)[1]: c for key, c in claims.items() if key.startswith("imdb_smollm2/")}
+    assert set(smollm2) == {"imdb_similar_reward", "imdb_kl_ratio", "imdb_llms_coincide", "imdb_combined_reward",
+                            "imdb_combined_fall", "imdb_collapse", "imdb_2x_model", "no_kt_kl", "no_kt_unstable",
+                            "no_rex_kl", "no_rex_observer", "coop_task_reward", "coop_kl"}
+    assert {key for key, c in smollm2.items() if c.absent} == {"imdb_2x_model", "no_rex_kl", "no_rex_observer",
+                                                              "coop_task_reward", "coop_kl"}  # runs it lacks
     assert list(claims).index("imdb_smollm2/imdb_collapse") < list(claims).index("math_ppo_peak")
     alone = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}}, imdb_groups=("imdb_smollm2",))
     assert "imdb_kl_ratio" not in alone and "coop_kl" not in alone and "imdb_smollm2/no_kt_kl" in alone
@@ -90,6 +112,7 @@ def test_each_imdb_group_gets_its_own_claims(tmp_path):
     inputs = load_fixture(tmp_path, None, ("imdb", "imdb_smollm2"), extra_imdb={"imdb_smollm2": runs})
     figures = draw_figures(inputs, ReportConfig(imdb_groups=("imdb", "imdb_smollm2")))
     assert "fig3_imdb_smollm2" in figures and "SmolLM2-135M" in figures["fig3_imdb_smollm2"].caption
+    assert "fig6_ablations_imdb_smollm2" in figures and "fig_coop_vs_comp_imdb_smollm2" not in figures
 
 
 def test_a_profile_that_tests_no_claim_shows_numbers_without_verdicts(tmp_path):
@@ -99,14 +122,18 @@ def test_a_profile_that_tests_no_claim_shows_numbers_without_verdicts(tmp_path):
     _, claims = write_report(outputs, reports, cfg, experiments_of(fixture_experiments(seeds=(0,))), None, "fixture")
     assert {c.verdict for c in claims} == {NOT_TESTED}
     report = (reports / "REPORT.md").read_text()
-    # said at the top, under the title, before anything else
+    # said first: the title says what the profile is, then the line under it
+    assert report.split("\n")[0] == ("# CORY reproduction report (profile `fixture`): a check that the pipeline runs; "
+                                     "it tests no claim")
     assert report.split("\n")[2].startswith("**This profile tests no claim of the paper** (params "
                                              "`report.test_claims: false`")
-    assert report.count("- **Verdict: not tested**: this profile tests no claim") == len(claims)
+    judged = [c for c in claims if not c.absent]
+    assert report.count("- **Verdict: not tested**: this profile tests no claim") == len(judged)
     for word in (HELD, NOT_HELD, INCONCLUSIVE):  # no claim gets one, and the verdict rules that name them are left out
         assert f"**{word}**" not in report and f"| {word} |" not in report and f"Verdict: {word}" not in report
     assert "did not hold" not in report and not re.search(r"\bheld\b(?!-out)", report)
     assert "| PPO final KL |" in report and "(1 seed)" in report  # the numbers are still there
+    assert f"- {len(claims)} claims, none judged in this profile." in report
     summary = json.loads((reports / "claims.json").read_text())
     assert {e["verdict"] for entry in summary.values() for e in entry["effects"]} == {NOT_TESTED}
     assert {entry["verdict"] for entry in summary.values()} == {NOT_TESTED}
@@ -133,9 +160,10 @@ def test_a_rerun_is_compared_claim_by_claim(tmp_path):
     assert (f"This run's verdicts against those of reports/fixture/rerun/claims.json: {len(ours) - 1} of the "
             f"{len(ours)} claims both runs scored agree (1 in one of them only).") in report
     row = next(line for line in report.splitlines() if line.startswith("| `imdb_kl_ratio` |"))
-    assert row.startswith("| `imdb_kl_ratio` | inconclusive | held | **no** | "
-                          "mean final KL of PPO / CORY-LLM1: 2.214 [0, 4.787];")
-    assert "mean final KL of PPO / CORY-LLM1: inconclusive here, held there (threshold > 2)" in row
+    ours_kl = ours["imdb_kl_ratio"]["effects"][1]
+    assert row.startswith("| `imdb_kl_ratio` | inconclusive | held | **no** | PPO / CORY-LLM1 final KL: "
+                          f"{ours_kl['estimate']:.4g} [{ours_kl['interval'][0]:.4g}, {ours_kl['interval'][1]:.4g}];")
+    assert "PPO's final KL is more than 2x CORY-LLM1's: inconclusive here, held there (threshold > 2)" in row
     assert "[2.1, 3]" in row
     rows = {r[0]: r for r in rerun_rows(ours, theirs)}
     assert rows["`old_claim`"][1:4] == ["-", "mixed", "-"] and rows["`old_claim`"][-1] == "only in the rerun"
@@ -225,3 +253,41 @@ def test_score_runs_pools_two_runs_as_further_seeds(tmp_path, monkeypatch, capsy
     assert "seeds {'imdb/ppo': 6, 'imdb/cory': 6}" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="nowhere/runs: not found"):
         score_runs.main([str(tmp_path / "a"), str(tmp_path / "nowhere")])
+
+
+def test_the_first_screen_answers_from_the_claims_and_the_run_files(tmp_path):
+    outputs, reports = tmp_path / "outputs", tmp_path / "reports" / "fixture"
+    write_fixture(outputs)
+    copy_imdb_group(outputs, "imdb_smollm2", ("ppo", "cory"))
+    experiments = experiments_of(fixture_experiments(extra_imdb={"imdb_smollm2": ("ppo", "cory")}))
+    cfg = ReportConfig(imdb_groups=("imdb", "imdb_smollm2"))
+    _, claims = write_report(outputs, reports, cfg, experiments, None, "fixture")
+    lines = (reports / "REPORT.md").read_text().splitlines()
+    answer = lines[2:lines.index("", 2)]
+    assert answer[0] == ("- **Does CORY beat PPO on a pretrained LM?** Not tested in this profile: report.mechanism "
+                         "names no experiment (PPO at several KL coefficients, CORY, CORY without knowledge transfer).")
+    kl = next(c for c in claims if c.key == "imdb_smollm2/imdb_kl_ratio").results
+    assert answer[1] == (f"- KL (SmolLM2-135M, final): PPO / CORY-LLM1 (as pioneer) {kl[0].interval.estimate:.4g} "
+                         f"[{kl[0].interval.low:.4g}, {kl[0].interval.high:.4g}] (CORY-LLM1's final KL is lower than "
+                         f"PPO's: {kl[0].verdict}; PPO's final KL is more than 2x CORY-LLM1's: {kl[1].verdict}); PPO / "
+                         f"CORY-LLM2 (as pioneer) {kl[2].interval.estimate:.4g} [{kl[2].interval.low:.4g}, "
+                         f"{kl[2].interval.high:.4g}] (CORY-LLM2's final KL is lower than PPO's: {kl[2].verdict}; PPO's "
+                         f"final KL is more than 2x CORY-LLM2's: {kl[3].verdict}).")
+    assert answer[2] == ("- Degenerate seeds (collapse by behaviour, report.collapse; 95% Clopper-Pearson): PPO 3 of 3 "
+                         "[0.29, 1.00]; CORY-LLM1 0 of 3 [0.00, 0.71]; CORY-LLM2 0 of 3 [0.00, 0.71].")
+    assert answer[3].startswith("- Math pass@1 (a sanity check): base 0.1, PPO 0.121, CORY-LLM1 0.182, CORY-LLM2 0.172 "
+                                "(means over training seeds); CORY-LLM1 - PPO 0.0606 [")
+    tally = {v: sum(c.verdict == v for c in claims) for v in (HELD, NOT_HELD, INCONCLUSIVE, NOT_TESTED)}
+    assert answer[4] == (f"- Verdicts of the {len(claims)} claims: {tally[HELD]} held, {tally[INCONCLUSIVE]} "
+                         f"inconclusive, {tally[NOT_TESTED]} not tested (in this profile).") and not tally[NOT_HELD]
+    text = "\n".join(lines)
+    assert "| `imdb_smollm2` | SmolLM2-135M | ppo, cory | 3 ([0, 1, 2]) | 30 | 13 |" in text  # runs, seeds, time
+    assert "- `math` (math): a sanity check of the verifiable reward" in text
+    assert "Its PPO ends at a final KL of 12 (mean over seeds). pass@k is judged for k <= 5" in text
+    # at KL 1, as the default profile's math model ends, the report says what that regime cannot show
+    low = write_report(outputs, reports, ReportConfig(imdb_groups=cfg.imdb_groups, calibration_kl=20.0), experiments,
+                       None, "fixture")
+    assert low and "final KL of 12 (mean over seeds), below report.calibration_kl (20), where PPO does not collapse" \
+        in (reports / "REPORT.md").read_text()
+    assert "- `imdb` (imdb_small (30M, from scratch)): a sanity check of the pipeline." in text
+    assert "Device: not recorded (the runs' provenance.json)." in text

@@ -6,7 +6,6 @@ import math
 import re
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from cory.report.claims import (
@@ -26,8 +25,8 @@ from cory.report.markdown import claim_markdown, decimals, fixed, mean_std, time
 from cory.report.report import write_report
 from cory.report.results import Run
 
-from test_report import (claims_by_key, decided_by_its_intervals, experiments_of, fixture_experiments,
-                         write_fixture)
+from report_fixtures import (claims_by_key, decided_by_its_intervals, experiments_of, fixture_experiments, run_of,
+                             write_fixture)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -35,33 +34,26 @@ from test_report import (claims_by_key, decided_by_its_intervals, experiments_of
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def run_of(curves: dict[int, dict[str, np.ndarray]], config: dict | None = None, name: str = "group/run") -> Run:
-    """A Run straight from curves: seed -> {history column: values over iterations}."""
-    histories = {seed: pd.DataFrame({"iteration": np.arange(len(next(iter(c.values())))), **c})
-                 for seed, c in curves.items()}
-    return Run(name, histories, config or {}, [], {seed: 1.0 for seed in curves})
-
-
 def test_a_seed_that_cannot_be_measured_leaves_the_others_in_the_verdict():
     # was: the mean over seeds took the NaN, so the verdict said "not measurable" beside numbers on 2 of 3 seeds
     claim = Claim("k", "f.png", "paper", "rule", {"a": {0: 1.0, 1: 1.02, 2: math.nan}, "b": {0: 0.5, 1: 0.5, 2: 0.5}},
-                  {"a": "A", "b": "B"}, [Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", 0.0)])
+                  {"a": "A", "b": "B"}, [Effect("a - b", ("a", "b"), magnitude="a above b", op=">", threshold=0.0)])
     result = claim.results[0]
     assert result.seeds == {"A": 2, "B": 3} and claim.means() == pytest.approx({"a": 1.01, "b": 0.5})
-    # a's 2 seeds, 0.02 apart, give Student's 0.51 -+ t_{0.975, 1} x 0.01 = 0.51 -+ 0.127
-    assert result.interval.estimate == pytest.approx(0.51) and result.interval.low == pytest.approx(0.3845, abs=1e-4)
+    # seeds 0-1 against 0-2 do not pair: Welch's, a's 2 seeds 0.02 apart and b's none: 0.51 -+ t_{0.975, 1} x 0.01
+    assert result.interval.estimate == pytest.approx(0.51) and result.interval.low == pytest.approx(0.3829, abs=1e-4)
     assert claim.verdict == HELD and decided_by_its_intervals(claim)
     text = "\n".join(claim_markdown(1, claim))
-    assert "- **Verdict: held** (95% intervals; a - b: [0.3845, 0.6355] lies above 0)" in text
-    assert "| a - b | 0.51 [0.3845, 0.6355] | > 0 | held | A 2, B 3 |" in text
+    assert "- **Verdict: held** (95% intervals; a above b: held ([0.3829, 0.6371] lies above 0))" in text
+    assert "| a above b | a - b | 0.51 [0.3829, 0.6371] | Welch t (df 1) | - | held | A 2, B 3 |" in text
     assert "| a | 1.010 ± 0.010 (2 seeds) | 0: 1.000, 1: 1.020, 2: n/a |" in text  # the mean the effect read
     # an infinite value (a ratio to 0) is no measurement either; on no seed at all: not measurable
     only = Claim("k", "f.png", "paper", "rule", {"a": {0: math.inf, 1: math.nan}}, {"a": "A"},
-                 [Effect("a", ("a",), lambda a: a, ">", 0.0)])
+                 [Effect("a", ("a",), (1.0,), magnitude="a above 0")])
     assert only.results[0].seeds == {"A": 0} and only.verdict == NOT_MEASURABLE
     # no finite value: every value that exists is still shown
     lone = Claim("k", "f.png", "paper", "rule", {"a": {0: math.nan}, "b": {0: 0.012804}}, {"a": "A", "b": "A"},
-                 [Effect("a - b", ("a", "b"), lambda a, b: a - b, ">", 0.0)])
+                 [Effect("a - b", ("a", "b"), magnitude="a above b")])
     assert "| b | 0.01280 (1 seed) | 0: 0.01280 |" in "\n".join(claim_markdown(1, lone))
 
 

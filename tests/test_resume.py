@@ -2,65 +2,12 @@
 (on CPU, where every kernel is deterministic): weights, value heads, Adam, KL controller, score moments, RNGs and the
 batch sequence all come back."""
 
-import csv
-import json
-from contextlib import contextmanager
-
 import pytest
 import torch
 
-from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, SpeedConfig, TrainConfig
-from cory.runs.config import Job, TaskConfig
 from cory.runs.run import run_training
-from cory.rl.trainer import Trainer
 
-from tiny import tiny_lm, tiny_tokenizer
-
-ITERATIONS = 7
-
-
-@contextmanager
-def killed_on_step(monkeypatch, call: int):
-    """Trainer.step raises KeyboardInterrupt on its `call`-th call inside the block (a kill mid-run), which the block
-    must end with; the real step is back afterwards."""
-    real_step, calls = Trainer.step, []
-
-    def dies(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == call:
-            raise KeyboardInterrupt
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "step", dies)
-    with pytest.raises(KeyboardInterrupt):
-        yield
-    monkeypatch.setattr(Trainer, "step", real_step)
-
-
-@pytest.fixture(scope="module")
-def task(tmp_path_factory) -> TaskConfig:
-    root = tmp_path_factory.mktemp("task")
-    tiny_lm(n_embd=32).save_pretrained(root / "model")
-    tiny_tokenizer().save_pretrained(root / "model")
-    words = ["the movie", "a film was", "the plot is", "not very good", "the", "a movie"]
-    rows = [{"question": words[i % len(words)], "answer": f"#### {i % 3}"} for i in range(24)]
-    (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return TaskConfig(model=str(root / "model"), prompts=str(root / "prompts.jsonl"), reward="math")
-
-
-def job(task: TaskConfig, where, n_agents: int, bf16_weights: bool = False) -> Job:
-    ppo = PPOConfig(learning_rate=3e-3, batch_size=8, mini_batch_size=4, init_kl_coef=0.05, use_score_scaling=True,
-                    use_score_norm=True, generation=GenerationConfig(response_length=(3, 6), repetition_penalty=1.0),
-                    speed=SpeedConfig(bf16_weights=bf16_weights))
-    train = TrainConfig(iterations=ITERATIONS, samples_to_log=2, ppo=ppo,
-                        cory=CORYConfig(n_agents=n_agents, role_exchange_period=2))
-    return Job("g", "r", 0, train, task, task.model, str(where / "run"), True, str(where / "ckpt"), fingerprint="f1")
-
-
-def history(run_dir) -> list[dict]:
-    """history.csv without the wall-clock timing columns."""
-    rows = list(csv.DictReader(open(run_dir / "history.csv")))
-    return [{k: v for k, v in row.items() if not k.startswith("timing/")} for row in rows]
+from run_fixtures import history, job, killed_on_step, task  # noqa: F401 (task: the tiny model and prompts, a fixture)
 
 
 @pytest.mark.parametrize("n_agents, bf16_weights", [(1, False), (2, False), (2, True)])

@@ -180,3 +180,86 @@ def test_sentiment_reward_unloadable_models(tmp_path, hub_offline):
         SentimentReward(str(tmp_path))
     with pytest.raises(ConfigError, match="hub is unreachable.*point at a local folder"):
         SentimentReward("lvwerra/distilbert-imdb")
+
+
+@pytest.fixture(scope="module")
+def short_classifier(tmp_path_factory) -> Path:
+    """A GPT-2 classifier of 16 positions with the offline GPT-2 tokenizer: as the profile's reward model, whose
+    positions a policy with another tokenizer can outrun."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from cory.tasks.tokenizer import load_tokenizer
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=16, num_labels=2, pad_token_id=50256)
+    folder = tmp_path_factory.mktemp("short_classifier")
+    GPT2ForSequenceClassification(config).save_pretrained(folder)
+    load_tokenizer("offline-gpt2").save_pretrained(folder)
+    return folder
+
+
+def logit_of(folder: Path, ids: list[int]) -> torch.Tensor:
+    """The positive logit of the classifier on exactly these token ids."""
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0, 1]
+
+
+@pytest.mark.parametrize("truncation", ["head", "tail"])
+def test_a_text_longer_than_the_classifiers_positions_is_cut_to_them_on_its_trained_side(short_classifier,
+                                                                                          truncation):
+    """A response of whitespace runs (SmolLM2 writes runs of up to 80 spaces as one token; GPT-2's tokenizer splits
+    them into up to 81) makes a text far longer than 16 positions: it is scored on its first (head) or last (tail)
+    16 tokens, whatever max_length asks, where the position embedding would otherwise read past its table."""
+    from cory.tasks.tokenizer import load_tokenizer
+
+    query, response = "The movie", " was" + " " * 80 + "\n" + " " * 40 + "great fun"
+    ids = load_tokenizer(str(short_classifier))(query + response)["input_ids"]
+    assert len(ids) > 16
+    side = {} if truncation == "head" else {"truncation": "tail"}  # head: the default, as the run built it before
+    for max_length in (512, 16, 64):
+        reward = SentimentReward(str(short_classifier), max_length=max_length, **side)
+        scores = reward([query, "I"], [response, " liked it"])
+        kept = ids[:16] if truncation == "head" else ids[-16:]
+        torch.testing.assert_close(scores[0], logit_of(short_classifier, kept), rtol=1e-5, atol=1e-5)
+    reward = SentimentReward(str(short_classifier), max_length=8, truncation=truncation)  # a shorter setting wins
+    kept = ids[:8] if truncation == "head" else ids[-8:]
+    torch.testing.assert_close(reward([query], [response])[0], logit_of(short_classifier, kept), rtol=1e-5, atol=1e-5)
+
+
+def test_texts_within_the_limit_score_exactly_as_before(tiny_classifier):
+    """The cut changes nothing for texts the classifier reads whole: the scores are bit for bit those of the texts
+    tokenized as before (right truncation at 512, which these texts never reach)."""
+    from transformers import AutoModelForSequenceClassification
+
+    queries = ["This movie", "I", "The acting was", "Worst"]
+    responses = [" was great fun from start to end.", " loved it", " wooden", " film ever, truly awful and long"]
+    before = SentimentReward(str(tiny_classifier))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_classifier).eval()
+    model.config.pad_token_id = before.tokenizer.pad_token_id
+    batch = before.tokenizer([q + r for q, r in zip(queries, responses)], padding=True, truncation=True,
+                             max_length=512, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).logits[:, 1]
+    for truncation in ("head", "tail"):
+        scores = SentimentReward(str(tiny_classifier), max_length=64, truncation=truncation)(queries, responses)
+        assert torch.equal(scores, expected)
+
+
+def test_the_profiles_classifier_reads_the_lengths_it_was_trained_with():
+    """tasks.<task>.reward_max_length and reward_truncation come from reward_model.classifier for the profile's own
+    classifier (the default profile's: 256, tail) and may not be written beside it."""
+    from pipeline.params import validate
+    from pipeline.profile import render
+
+    params = render("default")
+    tree = validate(params)
+    assert (tree.tasks["imdb"].reward_max_length, tree.tasks["imdb"].reward_truncation) == (256, "tail")
+    job = tree.jobs["imdb_smollm2"][0]
+    assert (job.task.reward_max_length, job.task.reward_truncation) == (256, "tail")
+    params["tasks"]["imdb"]["reward_max_length"] = 128
+    with pytest.raises(ConfigError, match="tasks.imdb.reward_max_length: comes from reward_model.classifier."
+                                          "max_length"):
+        validate(params)

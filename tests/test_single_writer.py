@@ -97,7 +97,7 @@ PRINTS_PDEATHSIG = ("from pipeline.common import run_stage; from pipeline.single
 @pytest.mark.parametrize("by_dvc, expected", [(True, signal.SIGTERM), (False, 0)])
 def test_a_stage_that_dvc_started_gets_sigterm_when_its_parent_ends(by_dvc, expected):
     """DVC sets DVC_STAGE for every stage command; a stage started by hand (nohup, a shell) is left as it was."""
-    env = clean_env(**({"DVC_STAGE": "train"} if by_dvc else {}))
+    env = clean_env(**({"DVC_STAGE": "train", "DVC_ROOT": "/repo"} if by_dvc else {}))
     if not by_dvc:
         env.pop("DVC_STAGE", None)
     result = subprocess.run([sys.executable, "-c", PRINTS_PDEATHSIG], env=env, capture_output=True, text=True,
@@ -141,7 +141,7 @@ def test_killing_dvc_alone_ends_its_stage(through):
     fake_dvc = ("import subprocess, sys, time; "
                 f"p = subprocess.Popen({command!r}); print(p.pid, flush=True); time.sleep(120)")
     dvc = subprocess.Popen([sys.executable, "-c", fake_dvc], stdout=subprocess.PIPE, text=True,
-                           env=clean_env(DVC_STAGE="train"))
+                           env=clean_env(DVC_STAGE="train", DVC_ROOT="/repo"))
     try:
         first = int(dvc.stdout.readline())
         time.sleep(3)  # the stage process is up (python started, its signal set)
@@ -159,3 +159,62 @@ def _parent(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def inside_a_run(marker: str) -> None:
+    """A pool call inside a run's MLflow run (whose handler turns SIGTERM into SystemExit, to end the run KILLED):
+    it says so in `marker`, then trains for two minutes."""
+    from cory.tracking.runs import start_run
+
+    with start_run("train", {}, profile="killed", outputs=Path(marker).parent):
+        Path(marker).write_text(str(os.getpid()))
+        time.sleep(120)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid`: its children, theirs, and so on."""
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and _parent(int(entry.name)) == parent and int(entry.name) not in found:
+                found.add(int(entry.name))
+                todo.append(int(entry.name))
+    return found
+
+
+@linux
+def test_killing_dvc_while_workers_are_inside_runs_ends_the_stage_and_every_worker(tmp_path):
+    """A stage started as DVC starts it, whose pool of two worker processes is inside two runs, and `dvc` killed
+    (SIGKILL): the stage, both workers and the pool's helper processes all end within seconds, none left re-parented
+    to init (a worker's loop that caught the run's SystemExit would wait for its next call forever)."""
+    markers = [tmp_path / "a.inside", tmp_path / "b.inside"]
+    stage = ("import sys; sys.path.insert(0, {tests!r}); from pipeline.common import run_stage; "
+             "from pipeline.gpus import run_at_once; import test_single_writer as t; "
+             "run_stage(lambda: run_at_once({calls}, 2, [], False, 'test'))").format(
+        tests=str(Path(__file__).parent), calls="{" + ", ".join(f"'{m.stem}': (t.inside_a_run, ({str(m)!r},))"
+                                                             for m in markers) + "}")
+    fake_dvc = ("import subprocess, sys, time; "
+                f"p = subprocess.Popen([sys.executable, '-c', {stage!r}]); print(p.pid, flush=True); time.sleep(300)")
+    env = clean_env(DVC_STAGE="train", DVC_ROOT=str(tmp_path), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    dvc = subprocess.Popen([sys.executable, "-c", fake_dvc], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        stage_pid = int(dvc.stdout.readline())
+        deadline = time.monotonic() + 240
+        while not all(m.exists() for m in markers) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert all(m.exists() for m in markers), "the workers never got inside their runs"
+        below = descendants(stage_pid)
+        assert {int(m.read_text()) for m in markers} <= below
+    finally:
+        os.kill(dvc.pid, signal.SIGKILL)
+        dvc.wait()
+    for pid in [stage_pid, *sorted(below)]:
+        assert gone(pid, within=30), f"process {pid} ({_name(pid)}) outlived the dvc that started its stage"
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:200]
+    except OSError:
+        return "gone"

@@ -17,36 +17,9 @@ from cory.tracking.tags import config_hash, flatten, main_module, run_identity
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-PARAMS = {"seed": 3, "ppo": {"learning_rate": 1e-5, "generation": {"response_length": [4, 16]}}}
-CONFIG = {**PARAMS, "iterations": 2}
-"""A run folder's config.json: a train config has `iterations`."""
-SAMPLES = [  # samples.jsonl of a 2-iteration CORY run (cory.rl.trainer): LLM1 alone, iterations 0 and 1, LLM1 alone
-    {"iteration": -1, "query": "I liked", "pioneer_agent": "llm1", "pioneer_prompt": "I liked",
-     "pioneer_response": " it", "pioneer_score": 0.5},
-    {"iteration": 0, "query": "The film", "pioneer_agent": "llm1", "pioneer_prompt": "The film",
-     "pioneer_response": " was bad", "pioneer_score": -1.0, "observer_agent": "llm2",
-     "observer_prompt": "Better: The film was bad. The film", "observer_response": " was fine", "observer_score": 1.0},
-    {"iteration": 1, "query": "Acting", "pioneer_agent": "llm2", "pioneer_prompt": "Acting",
-     "pioneer_response": " good", "pioneer_score": 2.0, "observer_agent": "llm1",
-     "observer_prompt": "Better: Acting good. Acting", "observer_response": " great", "observer_score": 3.0},
-    {"iteration": 2, "query": "I liked", "pioneer_agent": "llm1", "pioneer_prompt": "I liked",
-     "pioneer_response": " it a lot", "pioneer_score": 2.5},
-]
+from store_fixtures import CONFIG, PARAMS, SAMPLES, read_table, runs_of, warnings_in  # noqa: E402
+from store_fixtures import never_the_project_store, store  # noqa: E402, F401 (the store fixtures)
 
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """One SQLite store for the module: creating its tables takes a few seconds."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-
-
-@pytest.fixture(autouse=True)
-def never_the_project_store(store, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-
-
-def warnings_in(capsys) -> list[str]:
-    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("WARNING: MLflow")]
 
 
 def test_flatten_gives_dotted_names():
@@ -64,11 +37,6 @@ def test_config_hash_is_the_canonical_json_digest_whatever_the_key_order():
     assert config_hash(config) == config_hash(reordered) == hashlib.sha256(canonical.encode()).hexdigest()[:12]
     assert config_hash(json.loads(json.dumps(config))) == config_hash(config)  # as read back from config.json
     assert config_hash({**config, "seed": 4}) != config_hash(config)
-
-
-def runs_of(store, profile: str) -> list:
-    client = MlflowClient(tracking_uri=store)
-    return client.search_runs([client.get_experiment_by_name(f"cory-{profile}").experiment_id], order_by=["start_time"])
 
 
 def test_run_in_a_real_sqlite_store(store, monkeypatch, tmp_path, capsys):
@@ -282,27 +250,6 @@ def test_source_commit_and_user_fill_the_columns_of_the_ui(store, tmp_path):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def read_table(client, run_id: str) -> dict[str, list]:
-    """The samples table as the UI reads it: the artifact MLflow's loggedArtifacts tag points it to."""
-    run = client.get_run(run_id)
-    assert {"path": SAMPLES_TABLE, "type": "table"} in json.loads(run.data.tags["mlflow.loggedArtifacts"])
-    return client.load_table(run.info.experiment_id, SAMPLES_TABLE, run_ids=[run_id]).to_dict("list")
-
-
-def test_samples_table_has_one_row_per_generation():
-    assert samples_table(SAMPLES, iterations=2) == {
-        "iteration": [-1, 0, 0, 1, 1, 2],
-        "phase": ["before training", "training", "training", "training", "training", "after training"],
-        "agent": ["llm1", "llm1", "llm2", "llm2", "llm1", "llm1"],
-        "role": ["alone", "pioneer", "observer", "pioneer", "observer", "alone"],
-        "query": ["I liked", "The film", "The film", "Acting", "Acting", "I liked"],
-        "response": [" it", " was bad", " was fine", " good", " great", " it a lot"],
-        "score": [0.5, -1.0, 1.0, 2.0, 3.0, 2.5],
-        "prompt": ["I liked", "The film", "Better: The film was bad. The film", "Acting", "Better: Acting good. Acting",
-                   "I liked"],
-    }
-
-
 def test_run_identity_names_group_run_task_and_model():
     assert run_identity("imdb/ppo_2x/seed1", "imdb", "/x/outputs/default/models/imdb_large") == {
         "group": "imdb", "run": "ppo_2x", "task": "imdb", "model": "imdb_large"}
@@ -414,8 +361,6 @@ def test_an_experiment_is_created_as_a_model_training_one(store):
     client = MlflowClient(tracking_uri=store)
     experiment = client.get_experiment(experiment_of(client, "kind"))
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-
-
 
 
 def test_a_temp_experiments_runs_go_to_the_repositorys_store():

@@ -2,29 +2,14 @@
 (cory.tracking.restore.sync_runs), once, and a run of another config is replaced."""
 
 import json
-from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
 from cory.tracking.restore import read_history, sync_runs
 from cory.tracking.runs import samples_table, start_run
 from cory.tracking.tags import config_hash, flatten, run_identity
-from test_tracking import CONFIG, SAMPLES, read_table, runs_of, warnings_in
-from test_tracking import never_the_project_store, store  # noqa: F401 (the store fixtures, for these tests too)
-
-
-def write_run_folder(runs_dir: Path, key: str, config: dict, finished: bool = True, final: dict | None = None) -> Path:
-    folder = runs_dir / key
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "provenance.json").write_text(json.dumps(
-        {"git_commit": "c0ffee" * 6 + "c0ff", "model": "/somewhere/outputs/default/models/imdb_small"}))
-    (folder / "history.csv").write_text("iteration,llm1/kl,llm2/kl\n0,0.5,\n1,0.25,0.125\n")
-    (folder / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in SAMPLES))
-    if finished:
-        summary = {"final": final or {"llm1/kl": 0.25}, "seed": 0, "algorithm": "cory"}
-        (folder / "summary.json").write_text(json.dumps(summary))
-    return folder
+from store_fixtures import CONFIG, SAMPLES, read_table, runs_of, warnings_in, write_run_folder
+from store_fixtures import never_the_project_store, store  # noqa: F401 (the store fixtures, for these tests too)
 
 
 def test_read_history_takes_iteration_as_the_step_and_skips_empty_cells(tmp_path):

@@ -7,21 +7,12 @@ import pytest
 import torch
 
 from cory.rl import ppo
-from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, SpeedConfig, TrainConfig
+from cory.rl.config import CORYConfig, PPOConfig, SpeedConfig, TrainConfig
 from cory.rl.learner import NonFiniteError, make_experience, ppo_update
 from cory.rl.roles import Roles, collective_reward, exchange_due, observer_prompts
 from cory.rl.trainer import Trainer
 
-from tiny import good_word_reward, tiny_lm, tiny_tokenizer
-
-QUERIES = ["the movie", "the film was", "a plot", "not very"] * 4
-
-
-def config(n_agents=2, iterations=30, dropout="update", **cory):
-    # "update" (the value head's dropout 0.1 acts in the PPO update) is what test_golden's trajectory was recorded with
-    ppo = PPOConfig(learning_rate=3e-3, batch_size=16, mini_batch_size=8, init_kl_coef=0.01, dropout=dropout,
-                    generation=GenerationConfig(response_length=(4, 6), repetition_penalty=1.0))
-    return TrainConfig(iterations=iterations, seed=0, ppo=ppo, cory=CORYConfig(n_agents=n_agents, **cory))
+from tiny import QUERIES, config, fixed_rollout, good_word_reward, nan_for_the_second_query, tiny_lm, tiny_tokenizer
 
 
 def test_observer_prompt_is_exactly_the_template():
@@ -185,15 +176,6 @@ def test_only_dropout_update_makes_the_update_forward_differ_from_the_experience
     assert (stats["approx_kl"] == 0.0) == (mode != "update"), stats["approx_kl"]
 
 
-def fixed_rollout(batch=4, seed=0):
-    """A rollout of random tokens (3 prompt, 3 response tokens a row) without sampling."""
-    from cory.rl.rollout import Rollout
-
-    ids = torch.randint(2, 10, (batch, 6), generator=torch.Generator().manual_seed(seed))
-    ones = torch.ones(batch, 3, dtype=torch.long)
-    return Rollout(ids[:, :3], ones, ids[:, 3:], ones.clone(), ["q"] * batch, ["r"] * batch)
-
-
 @pytest.mark.parametrize("n_agents", [1, 2])
 def test_training_raises_the_task_reward(n_agents):
     torch.manual_seed(0)
@@ -281,11 +263,6 @@ def test_zero_init_value_head_starts_at_v_zero_and_leaves_advantages_to_the_scor
     assert torch.count_nonzero(exp.values) == 0
     # gamma = lam = 1, no KL, V = 0: every token's return is its response's score
     assert torch.allclose(exp.returns, exp.scores[:, None] * exp.mask)
-
-
-def nan_for_the_second_query(queries, responses, answers=None):
-    scores = good_word_reward(queries, responses)
-    return torch.where(torch.tensor([q == QUERIES[1] for q in queries]), float("nan"), scores)
 
 
 def test_a_nan_score_stops_the_run_naming_the_iteration_and_the_sample():

@@ -20,8 +20,7 @@ from cory.rl.learner import make_experience, ppo_update
 from cory.rl.rollout import Rollout, generate
 from cory.rl.trainer import Trainer
 
-from test_trainer import QUERIES, config, fixed_rollout
-from tiny import good_word_reward, tiny_lm, tiny_tokenizer
+from tiny import QUERIES, config, fixed_rollout, good_word_reward, tiny_lm, tiny_tokenizer
 
 SCORES = torch.tensor([1.0, 0.0, -1.0, 0.5, 0.25, -0.5, 2.0, 0.0])
 
@@ -133,4 +132,5 @@ def test_dropout_mode_is_validated_and_the_old_flag_is_gone():
         from_dict(PPOConfig, {"ratio_threshold_mode": "zero"}, "train.ppo")
     with pytest.raises(ConfigError, match=r"train\.ppo\.disable_dropout: unknown setting"):
         from_dict(PPOConfig, {"disable_dropout": True}, "train.ppo")
-    assert PPOConfig().dropout == "trl" and PPOConfig().ratio_threshold_mode == "skip"
+    assert PPOConfig().dropout == "none" and PPOConfig().ratio_threshold_mode == "skip"  # the measured settings
+    assert PPOConfig.paper().dropout == "trl" and PPOConfig.paper().ratio_threshold_mode == "trl"  # trl's

@@ -11,8 +11,7 @@ from cory.rl.learner import make_experience, ppo_update
 from cory.rl.lora import AdaptersDisabled
 from cory.schema import ConfigError
 
-from test_trainer import fixed_rollout
-from tiny import tiny_llama, tiny_lm
+from tiny import fixed_rollout, tiny_llama, tiny_lm
 
 SCORES = torch.tensor([1.0, 0.0, -1.0, 0.5, 0.25, -0.5, 2.0, 0.0, 0.3, -0.2, 1.5, 0.1, -1.0, 0.7, 0.0, 0.4])
 
@@ -89,7 +88,8 @@ def test_a_pass_of_mini_batches_over_the_ratio_threshold_skips_each_as_alone(mod
 def test_update_batch_size_must_tile_the_optimizer_step():
     for bad in (3, 16):
         with pytest.raises(ConfigError, match=r"train\.ppo\.speed\.update_batch_size: must be a multiple of "
-                                              r"mini_batch_size = 2 that divides .* = 8, got"):
+                                              r"mini_batch_size = 2 that divides .* = 8, or a divisor of "
+                                              r"mini_batch_size, got"):
             PPOConfig(batch_size=16, mini_batch_size=2, gradient_accumulation_steps=4,
                       speed=SpeedConfig(update_batch_size=bad))
     cfg = PPOConfig(batch_size=16, mini_batch_size=2, gradient_accumulation_steps=4,

@@ -1,44 +1,12 @@
-"""How a claim reads: its verdict rule, each effect's interval and reason, the paper's value beside ours, the claim's
+"""How a claim reads: each statement's verdict and the reason for it, the paper's value beside ours, the claim's
 section of REPORT.md, its entry in claims.json, and the comparison of two runs' claims.json (a rerun)."""
 
 from __future__ import annotations
 
 import math
 
-from cory.report.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_MEASURABLE, NOT_TESTED, Claim, EffectResult, PaperValue
-from cory.report.config import ReportConfig
 from cory.report.cells import fixed, mean_std, table
-
-
-def verdict_rule(cfg: ReportConfig) -> str:
-    """How REPORT.md's verdicts are read off the effects and their intervals."""
-    return (
-        "Each claim has one effect per sub-condition (for LLM1 and for LLM2, say): a number computed from the seed "
-        "means of per-seed quantities (e.g. PPO's mean final KL over CORY-LLM1's), and the side of a threshold the "
-        f"paper puts it on. Its {cfg.confidence:.0%} interval is a percentile bootstrap over seeds "
-        f"({cfg.bootstrap_draws} draws, generator seed {cfg.bootstrap_seed}, so a report is reproducible): each "
-        "run's seeds are drawn with replacement independently of every other run's (different runs share nothing "
-        "that a seed number would pair), the quantities of one run seed by seed together, and the percentiles are "
-        "those of Hesterberg's expanded interval at the fewest seeds of the effect's runs, widened where needed to "
-        "Student's t interval on the bootstrap's standard error (the plain percentile interval of a few seeds is too "
-        "narrow, and at 3 seeds the draws end at the seeds' extremes, whose range holds the median only 75% of the "
-        "time), but never beyond the values the effect can take (a share: 0 to 1); "
-        "rates of seeds (the collapse claim) get exact intervals (Clopper-Pearson for a rate, an exact unconditional test inverted for "
-        f"the difference of two). **{HELD}** = the whole interval lies on the claim's "
-        f"side of its threshold; **{NOT_HELD}** = it lies wholly on the other side; **{INCONCLUSIVE}** = it contains "
-        "the threshold, or there is none (a run with a single seed). A claim of several sub-conditions held if all "
-        f"held, did not hold if any did not, and is {INCONCLUSIVE} otherwise; **{NOT_MEASURABLE}** = no numbers "
-        "(e.g. no sweep of that task). *Seeds needed* estimates, from the measured spread (the bootstrap standard "
-        "error, shrinking as 1/sqrt(seeds), at Student's t quantile), how many seeds per run the interval needs to "
-        "clear the threshold on the side of its estimate; a decided verdict never needs more than it used, except "
-        "where an infinite draw (a ratio to a mean of 0) leaves no standard error and the percentile interval alone "
-        "decides. "
-        "Each claim's tables give its effects, the mean "
-        "± std over seeds of every quantity (the std to 2 significant digits, the mean and per-seed values to the "
-        "same decimal place), every seed's value (n/a: could not be computed) and, where the paper states or "
-        "draws one, the paper's number (stated in its text or read off its figures), which no verdict reads."
-    )
-
+from cory.report.claims import HELD, NOT_HELD, NOT_MEASURABLE, NOT_TESTED, Claim, PaperValue, Test
 
 NOT_TESTED_LINE = ("**This profile tests no claim of the paper** (params `report.test_claims: false`: too few seeds "
                    "and iterations to judge one): it checks that every stage runs. Every claim below shows its "
@@ -52,7 +20,7 @@ def effect_number(x: float) -> str:
     return ("-∞" if x < 0 else "∞") if math.isinf(x) else f"{x:.4g}"
 
 
-def interval_text(r: EffectResult) -> str:
+def interval_text(r: Test) -> str:
     """"1.43 [0.21, 9.7]": the estimate at the seed means and its interval; "(no interval)" without one."""
     iv = r.interval
     if math.isnan(iv.low) or math.isnan(iv.high):
@@ -62,21 +30,36 @@ def interval_text(r: EffectResult) -> str:
 
 SIDE_WORDS = {">": ("above", "at or below"), ">=": ("at or above", "below"), "<": ("below", "at or above"),
               "<=": ("at or below", "above")}
-"""op -> (where an interval lies for the claim to hold, where it lies when it did not)."""
+"""op -> (where an interval lies for the statement to hold, where it lies when it did not)."""
 
 
-def reason(r: EffectResult) -> str:
-    """Why a sub-condition got its verdict, in words: where its interval lies against the threshold."""
+def p_text(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.2g}"
+
+
+def reason(r: Test, tail: float) -> str:
+    """Why a statement got its verdict, in words: its test's p against the one-sided level (a direction), or where
+    its interval lies against the threshold or margins."""
     iv, t = r.interval, effect_number(r.threshold)
     span = f"[{effect_number(iv.low)}, {effect_number(iv.high)}]"
+    if r.verdict == NOT_MEASURABLE:
+        return "no value"
+    if r.kind == "direction":
+        if r.verdict == HELD:
+            return f"{r.method} p = {p_text(r.p)} <= {tail:g}"
+        if r.verdict == NOT_HELD:
+            return f"{r.method} p = {p_text(r.p_other)} <= {tail:g} the other way"
+        cannot = f"; these seeds cannot reach {tail:g}" if r.smallest_p > tail else ""
+        return f"{r.method} p = {p_text(r.p)} (smallest possible {p_text(r.smallest_p)}{cannot})"
+    if math.isnan(iv.low):
+        return f"{effect_number(iv.estimate)}, no interval (a run with fewer than 2 seeds)"
+    if r.kind == "similar":
+        words = {HELD: "lies within", NOT_HELD: "lies beyond"}.get(r.verdict, "reaches past")
+        return f"{span} {words} ±{t}"
     if r.verdict == HELD:
         return f"{span} lies {SIDE_WORDS[r.op][0]} {t}"
     if r.verdict == NOT_HELD:
         return f"{span} lies {SIDE_WORDS[r.op][1]} {t}"
-    if r.verdict == NOT_MEASURABLE:
-        return "no value"
-    if math.isnan(iv.low):
-        return f"{effect_number(iv.estimate)}, no interval (a run with fewer than 2 seeds)"
     return f"{span} contains {t}"
 
 
@@ -104,43 +87,50 @@ def paper_text(value: PaperValue | None) -> str:
     return f"{v[0]:g} to {v[1]:g}" if isinstance(v, tuple) else f"{v:g}"
 
 
+def statement_verdicts(claim: Claim) -> str:
+    """"CORY's KL is lower than PPO's: held (...); more than 2x lower: did not hold (...)": each statement with its
+    verdict and the reason."""
+    tail = claim.settings.tail
+    return "; ".join(f"{r.statement}: {r.verdict} ({reason(r, tail)})" for r in claim.results)
+
+
 def verdict_line(claim: Claim) -> str:
-    """The verdict with what it was read from: where each effect's interval lies against its threshold."""
+    """The verdict with what it was read from: each statement's verdict and the reason."""
+    if claim.absent:
+        return f"- **Verdict: {NOT_TESTED}** in this profile: {claim.absent}."
     if not claim.tested:
         return (f"- **Verdict: {NOT_TESTED}**: this profile tests no claim (params report.test_claims: false); the "
                 "numbers below are shown, not judged.")
     if not claim.results:
         return f"- **Verdict: {claim.verdict}** (no numbers)"
-    conf = f"{claim.bootstrap.confidence:.0%}"
-    parts = [f"{r.label}: {reason(r)}" for r in claim.results]
-    return f"- **Verdict: {claim.verdict}** ({conf} intervals; {'; '.join(parts)})"
+    return f"- **Verdict: {claim.verdict}** ({claim.settings.confidence:.0%} intervals; {statement_verdicts(claim)})"
 
 
 def figure_link(claim: Claim) -> str:
-    """A markdown link to the claim's figure; "none" for a claim with nothing to draw (a sweep params lack)."""
+    """A markdown link to the claim's figure; "none" for a claim with nothing to draw."""
     return f"[{claim.figure}]({claim.figure})" if claim.figure else "none"
 
 
 def effects_table(claim: Claim) -> list[str]:
-    """One row per sub-condition: our estimate and interval, the threshold, the verdict, seeds used and needed,
-    and the paper's number where it states one for the same effect."""
-    conf = f"{claim.bootstrap.confidence:.0%}"
-    rows = [[r.label, interval_text(r), f"{r.op} {effect_number(r.threshold)}",
+    """One row per statement: what it says, the number it reads with its interval, the test and its p (a direction),
+    the verdict, seeds used and needed at 80% power, and the paper's number where it states one for the same effect."""
+    conf = f"{claim.settings.confidence:.0%}"
+    rows = [[r.statement, r.label, interval_text(r), r.method,
+             f"{p_text(r.p)} ({p_text(r.smallest_p)})" if r.kind == "direction" else "-",
              r.verdict if claim.tested else NOT_TESTED, seeds_text(r.seeds), needed_text(r.seeds_needed),
-             r.method,
              paper_text(claim.paper_values.get(r.label))] for r in claim.results]
-    return table(["effect", f"ours: at the seed means [{conf} interval]", "claim", "verdict", "seeds",
-                   "seeds needed", "interval", "paper"], rows)
+    return table(["statement", "number", f"ours: at the seed means [{conf} interval]", "test",
+                  "p (smallest possible)", "verdict", "seeds", "seeds needed (80% power)", "paper"], rows)
 
 
 def claim_markdown(number: int, claim: Claim) -> list[str]:
-    """The paper's statement, the rule, the verdict, the effects with their intervals, every quantity (mean +/- std
-    over the seeds where it is finite, and per seed) and the paper's numbers beside ours."""
+    """The paper's statement, the rule, the verdict, the statements with their intervals, every quantity (mean +/-
+    std over the seeds where it is finite, and per seed) and the paper's numbers beside ours."""
     lines = [f"### {number}. {claim.paper}", "", f"Figure: {figure_link(claim)}", "",
              f"- **Rule:** {claim.rule}", verdict_line(claim)]
     if claim.results:
-        lines.append(f"- **Seeds:** {seeds_text(claim.seeds_used)}; seeds per run for a decided verdict at the "
-                     f"measured spread: {needed_text(claim.seeds_needed)}")
+        lines.append(f"- **Seeds:** {seeds_text(claim.seeds_used)}; seeds per run for a decided verdict with 80% "
+                     f"power, were the effects as measured: {needed_text(claim.seeds_needed)}")
     lines += [f"- {note}" for note in claim.notes] + [""]
     if claim.results:
         lines += effects_table(claim) + [""]
@@ -158,7 +148,7 @@ def claim_markdown(number: int, claim: Claim) -> list[str]:
     if claim.paper_values:
         lines += ["The paper's numbers (not this reproduction's; none is read by a verdict):", ""]
         lines += table(["label", "paper", "source"],
-                        [[label, paper_text(v), v.source] for label, v in claim.paper_values.items()]) + [""]
+                       [[label, paper_text(v), v.source] for label, v in claim.paper_values.items()]) + [""]
     return lines
 
 
@@ -170,19 +160,21 @@ def _json_number(x: float) -> float | str | None:
 
 
 def claim_json(claim: Claim) -> dict:
-    """claims.json's entry of a claim: its verdict and mean quantities (as before), and its effects with their
-    intervals, thresholds, verdicts and seeds, the seeds it needs, the paper's numbers and the notes."""
-    effects = [{"label": r.label, "estimate": _json_number(r.interval.estimate),
+    """claims.json's entry of a claim: its verdict and mean quantities, and its statements ("effects") with their
+    intervals, thresholds, tests, verdicts and seeds, the seeds it needs, the paper's numbers and the notes."""
+    effects = [{"label": r.label, "statement": r.statement, "kind": r.kind,
+                "estimate": _json_number(r.interval.estimate),
                 "interval": [_json_number(r.interval.low), _json_number(r.interval.high)], "op": r.op,
-                "threshold": r.threshold, "verdict": r.verdict if claim.tested else NOT_TESTED,
-                "measured_verdict": r.verdict, "method": r.method, "seeds": r.seeds,
+                "threshold": _json_number(r.threshold), "verdict": r.verdict if claim.tested else NOT_TESTED,
+                "measured_verdict": r.verdict, "method": r.method, "p": _json_number(r.p),
+                "smallest_p": _json_number(r.smallest_p), "seeds": r.seeds,
                 "seeds_needed": _json_number(r.seeds_needed)} for r in claim.results]
     return {"verdict": claim.verdict, "means": {k: _json_number(v) for k, v in claim.means().items()},
-            "effects": effects, "confidence": claim.bootstrap.confidence, "seeds": claim.seeds_used,
+            "effects": effects, "confidence": claim.settings.confidence, "seeds": claim.seeds_used,
             "seeds_needed": _json_number(claim.seeds_needed) if claim.results else None,
             "paper_values": {label: {"value": list(v.value) if isinstance(v.value, tuple) else v.value,
                                      "source": v.source} for label, v in claim.paper_values.items()},
-            "notes": claim.notes}
+            "notes": claim.notes, **({"not_tested_because": claim.absent} if claim.absent else {})}
 
 
 def summary_json(claims: list[Claim]) -> dict:
@@ -202,7 +194,7 @@ def _effects_brief(entry: dict | None) -> str:
 
 
 def rerun_changes(ours: dict | None, theirs: dict | None) -> str:
-    """Why two runs' verdicts of one claim differ, from their claims.json entries: the sub-conditions whose verdicts
+    """Why two runs' verdicts of one claim differ, from their claims.json entries: the statements whose verdicts
     differ, with both intervals (an interval that contains the threshold in one run and not in the other is noise
     around the threshold, unless the runs' intervals are apart)."""
     if ours is None or theirs is None:
@@ -211,17 +203,20 @@ def rerun_changes(ours: dict | None, theirs: dict | None) -> str:
         return ""
     if not theirs.get("effects"):
         return "the rerun's claims.json has no effects (an older report, whose verdicts used another rule)"
-    others = {e["label"]: e for e in theirs["effects"]}
+    def name(e: dict) -> str:  # a statement's words (an older claims.json has one effect per label)
+        return e.get("statement", e["label"])
+
+    others = {name(e): e for e in theirs["effects"]}
     parts = []
     for e in ours.get("effects", []):
-        o = others.get(e["label"])
+        o = others.get(name(e))
         if o is None:
-            parts.append(f"{e['label']}: not in the rerun")
+            parts.append(f"{name(e)}: not in the rerun")
         elif e.get("measured_verdict", e["verdict"]) != o.get("measured_verdict", o["verdict"]):
-            parts.append(f"{e['label']}: {e.get('measured_verdict', e['verdict'])} here, "
+            parts.append(f"{name(e)}: {e.get('measured_verdict', e['verdict'])} here, "
                          f"{o.get('measured_verdict', o['verdict'])} there (threshold {e['op']} "
-                         f"{effect_number(e['threshold'])})")
-    return "; ".join(parts) or "the same sub-condition verdicts: the claim's rule or its sub-conditions changed"
+                         f"{effect_number(float(e['threshold'] if e['threshold'] is not None else 'nan'))})")
+    return "; ".join(parts) or "the same statement verdicts: the claim's rule or its statements changed"
 
 
 def rerun_rows(ours: dict, theirs: dict) -> list[list[str]]:
@@ -242,9 +237,8 @@ def rerun_rows(ours: dict, theirs: dict) -> list[list[str]]:
 
 
 def rerun_markdown(ours: dict, rerun: tuple[str, dict | None] | None) -> list[str]:
-    """REPORT.md's comparison with another run of the profile (params report.rerun: a rerun of the same code, or a
-    run of other code or on another GPU, which the maintainers' notes name): `rerun` is (its path as shown, its
-    claims.json or None where the file is missing); None: no comparison asked for."""
+    """REPORT.md's comparison with another run of the profile (params report.rerun): `rerun` is (its path as shown,
+    its claims.json or None where the file is missing); None: no comparison asked for."""
     if rerun is None:
         return []
     where, theirs = rerun
@@ -256,8 +250,10 @@ def rerun_markdown(ours: dict, rerun: tuple[str, dict | None] | None) -> list[st
     both = sum(row[3] != "-" for row in rows)
     alone = f" ({len(rows) - both} in one of them only)" if both < len(rows) else ""
     lines += [f"This run's verdicts against those of {where}: {agree} of the {both} claims both runs scored "
-              f"agree{alone}. Where a verdict changed, the last column names the sub-conditions whose verdicts moved; "
+              f"agree{alone}. Where a verdict changed, the last column names the statements whose verdicts moved; "
               "an interval that contains its threshold in one run only says that the seeds cannot tell the claim from "
-              "its threshold.", ""]
+              "its threshold. Runs of the same seed numbers share their random streams (a seed fixes the response "
+              "lengths and the sampling): agreement with such a run shows that the pipeline repeats, not that a "
+              "verdict replicates on new seeds.", ""]
     return lines + table(["claim", "this run", "the other run", "agree", "this run's effects [interval]",
                            "the other run's effects [interval]", "what changed"], rows) + [""]

@@ -1,5 +1,5 @@
 """Statistics of one seed's curve (a 1-D array over iterations): final and start values, slopes, drawdowns, peaks,
-the fall that batch noise alone reaches, gaps between curves, and Pareto domination. Pure numpy/pandas."""
+the fall that batch noise alone reaches, and gaps between curves. Pure numpy/pandas."""
 
 from __future__ import annotations
 
@@ -78,10 +78,3 @@ def curve_gap(a: np.ndarray, b: np.ndarray, window: int) -> float:
     sa, sb = smooth(a[:n], window), smooth(b[:n], window)
     span = np.ptp((sa + sb) / 2)
     return float(np.mean(np.abs(sa - sb)) / span) if span > 0 else math.nan
-
-
-def dominated_share(ppo: list[tuple], cory: list[tuple]):
-    """Share of PPO (reward, KL) points that some CORY point matches or beats on both reward and KL. Elementwise:
-    each coordinate may be one number or one per bootstrap draw."""
-    beaten = [np.any([(np.asarray(r) >= pr) & (np.asarray(k) <= pk) for r, k in cory], axis=0) for pr, pk in ppo]
-    return np.mean(beaten, axis=0)

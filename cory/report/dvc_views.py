@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cory.files import atomic_write
 from cory.report.claims import final_value
 from cory.report.results import SWEEP_TASKS, Inputs, Run, Sweep
 from cory.schema import dotted_leaves
@@ -157,8 +158,7 @@ def headline(inputs: Inputs, last_n: int) -> dict:
 
 
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False, float_format=f"%.{SIGNIFICANT}g", quoting=csv.QUOTE_MINIMAL)
+    atomic_write(path, table.to_csv(index=False, float_format=f"%.{SIGNIFICANT}g", quoting=csv.QUOTE_MINIMAL))
 
 
 def dvc_headline(summary: dict) -> dict:
@@ -178,10 +178,15 @@ def write_dvc_views(summary: dict, figures: list[Path], views_dir: Path) -> list
     each of the report's `figures`; in git one object with the report's own copy) under views_dir; figures no longer
     drawn are removed. Returns the paths written."""
     folder = views_dir / "figures"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    written = [Path(shutil.copyfile(figure, folder / figure.name)) for figure in sorted(figures)]
-    (views_dir / "headline.json").write_text(json.dumps(summary, indent=2) + "\n")
+    written = []
+    for figure in sorted(figures):  # each file replaced atomically, then the ones no longer drawn removed
+        atomic_write(folder / figure.name, figure.read_bytes())
+        written.append(folder / figure.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        if old not in written:
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    atomic_write(views_dir / "headline.json", json.dumps(summary, indent=2) + "\n")
     return [*written, views_dir / "headline.json"]
 
 
@@ -196,10 +201,14 @@ def write_views(inputs: Inputs, metrics_dir: Path, last_n: int) -> list[Path]:
     tables["passk.csv"] = passk_table(inputs.passk)
     summary = headline(inputs, last_n)
     curves = metrics_dir / "curves"
-    shutil.rmtree(curves, ignore_errors=True)
     written = []
-    for name, table in tables.items():
+    for name, table in tables.items():  # each file replaced atomically, then those of runs no longer read removed
         _write_csv(table, curves / name)
         written.append(curves / name)
-    (metrics_dir / "headline.json").write_text(json.dumps(summary, indent=2) + "\n")
+    for old in sorted(curves.rglob("*"), reverse=True):  # files before their folders
+        if old.is_file() and old not in written:
+            old.unlink()
+        elif old.is_dir() and not any(old.iterdir()):
+            old.rmdir()
+    atomic_write(metrics_dir / "headline.json", json.dumps(summary, indent=2) + "\n")
     return [*written, metrics_dir / "headline.json"]

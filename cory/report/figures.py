@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from cory.report.claims import COMBINED, ETA_SOURCE, GROUP_MODELS, eta_text, final_value, partner_coef, smooth
+from cory.report.mechanism import eta as eta_of, path, reward_at_kl
 from cory.report import plots
 from cory.report.config import ReportConfig
 from cory.report.results import SWEEP_TASKS, Inputs, Run, Sweep
@@ -95,14 +96,18 @@ def _over_seeds(n: int, mark: str = "band", unit: str = "seeds") -> str:
 
 
 def ablation_rows(imdb: dict[str, Run], smoothing: int) -> list[list[plots.Panel]]:
-    """Fig. 6, a row per ablation (without knowledge transfer; without role exchange, pioneer and observer), each
-    against CORY-LLM1 and PPO (a reference line): five curves and their bands in one panel could not be read."""
+    """Fig. 6, a row per ablation the group ran (without knowledge transfer; without role exchange, pioneer and
+    observer), each against CORY-LLM1 and PPO (a reference line): five curves and their bands in one panel could not
+    be read."""
     rows = []
-    for letters, short, ablated in (
-        ("ab", "w/o KT", [(imdb["cory_no_kt"], "llm1", "CORY w/o KT (LLM1)")]),
-        ("cd", "w/o REx", [(imdb["cory_no_rex"], "pioneer", "CORY w/o REx, pioneer"),
-                           (imdb["cory_no_rex"], "observer", "CORY w/o REx, observer")]),
-    ):
+    ablations = []
+    if "cory_no_kt" in imdb:
+        ablations.append(("ab", "w/o KT", [(imdb["cory_no_kt"], "llm1", "CORY w/o KT (LLM1)")]))
+    if "cory_no_rex" in imdb:
+        ablations.append(("cd" if ablations else "ab", "w/o REx",
+                          [(imdb["cory_no_rex"], "pioneer", "CORY w/o REx, pioneer"),
+                           (imdb["cory_no_rex"], "observer", "CORY w/o REx, observer")]))
+    for letters, short, ablated in ablations:
         curves = [(imdb["cory"], "llm1", "CORY-LLM1"), *ablated]
         row = []
         for letter, (metric, title, ylabel) in zip(letters, _reward_kl("imdb")):
@@ -132,13 +137,41 @@ def pareto_drawn(task: str, sweep: Sweep, last_n: int) -> Drawn:
         + (f"Points: the mean of {n} seeds; error bars: {plots.BAND}." if n > 1 else "One seed: no error bars."))
 
 
+FRONTIER_POINTS = 12
+"""KL levels at which the matched-KL figure draws each run."""
+
+
+def frontier_drawn(group: str, runs: dict[str, Run], cfg: ReportConfig) -> Drawn:
+    """The decision rule's picture (report.mechanism): each run's task reward where its smoothed KL first reaches
+    each level, mean over seeds with the band from the lowest to the highest seed, at levels every seed crosses."""
+    w = cfg.stability_window
+    kls = [smooth(kl, w) for run in runs.values() for _, kl in path(run).values()]
+    low, high = max(float(k[0]) for k in kls), min(float(np.max(k)) for k in kls)
+    levels = np.linspace(low, high, FRONTIER_POINTS + 1)[1:] if high > low else np.array([])
+    series = []
+    for name, run in runs.items():
+        by_seed = np.array([[reward_at_kl(r, k, x, w) for x in levels] for r, k in path(run).values()])
+        if by_seed.size:
+            series.append(plots.Series(f"{name} (η {eta_of(run):g})", levels, by_seed.mean(0), by_seed.min(0),
+                                       by_seed.max(0), n_seeds=len(by_seed)))
+    model = GROUP_MODELS.get(group, group)
+    panel = plots.Panel("task reward at matched KL", "task reward (sentiment logit), smoothed", series,
+                        xlabel="KL (smoothed), where each seed first reaches it")
+    n = len(next(iter(runs.values())).seeds)
+    drawn = (f"at {len(levels)} levels every seed crosses. Lines: the mean of {n} seeds; bands: {plots.BAND}."
+             if len(levels) else "but no KL level lies inside every seed's smoothed range, so nothing is drawn.")
+    return Drawn(plots.curves_figure([panel], f"Task reward at matched KL on {model} ({_over_seeds(n)})"),
+                 f"The decision rule's reading (report.mechanism, group `{group}`): each run's task reward (CORY's "
+                 f"pioneer role) where its KL, both smoothed over {w} iterations, first reaches each level, {drawn}")
+
+
 def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
     """Every figure of the report (name -> figure and caption); `write_report` saves them as <name>.png."""
     imdb, maths, k = inputs.runs["imdb"], inputs.runs["math"], cfg.plot_smoothing
     n = len(imdb["ppo"].seeds)
     spread = _over_seeds(n)
     bands = f"Lines: the mean of {n} seeds; shaded bands: {plots.BAND}." if n > 1 else "One seed: no band."
-    main_imdb = [(imdb["ppo"], "llm1", "PPO"), (imdb["ppo_2x"], "llm1", "PPO-2x"),
+    main_imdb = [(imdb["ppo"], "llm1", "PPO"), *([(imdb["ppo_2x"], "llm1", "PPO-2x")] if "ppo_2x" in imdb else []),
                  (imdb["cory"], "llm1", "CORY-LLM1"), (imdb["cory"], "llm2", "CORY-LLM2")]
     main_math = [(maths["ppo"], "llm1", "PPO"), (maths["cory"], "llm1", "CORY-LLM1"),
                  (maths["cory"], "llm2", "CORY-LLM2")]
@@ -167,17 +200,31 @@ def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
                                 f"Fig. 3 (reproduced) on {model}: IMDB, PPO vs CORY ({_over_seeds(m)})"),
             f"IMDB on {model} (group `{group}`): task reward, KL and {COMBINED} ({eta}; {ETA_SOURCE}). "
             + (f"Lines: the mean of {m} seeds; shaded bands: {plots.BAND}." if m > 1 else "One seed: no band."))
-    figures["fig6_ablations"] = Drawn(plots.curves_figure(
-        ablation_rows(imdb, k),
-        f"Fig. 6 (reproduced): IMDB ablations of knowledge transfer (KT) and role exchange (REx) ({spread})"),
-        f"IMDB ablations: task reward and KL, one row per ablation against CORY-LLM1, with PPO as a thin line "
-        f"(no band) to read both against. {bands}")
-    coop, comp = imdb["cory"], imdb["cory_competitive"]
-    figures["fig_coop_vs_comp"] = Drawn(plots.curves_figure(
-        _panels([(coop, "llm1", f"LLM1, cooperative (c = {partner_coef(coop):g})"),
-                 (comp, "llm1", f"LLM1, competitive (c = {partner_coef(comp):g})")], _reward_kl("imdb"), k),
-        f"Cooperative vs competitive partner reward $r_{{self}} + c\\,r_{{partner}}$, IMDB ({spread})"),
-        f"IMDB, LLM1 trained on r_self + c r_partner: task reward and KL. {bands}")
+    for group in dict.fromkeys(("imdb", *cfg.imdb_groups)):  # Fig. 6 and the partner reward, where a group ran them
+        runs = inputs.runs[group]
+        m = len(runs["ppo"].seeds)
+        on = "IMDB" if group == "imdb" else f"IMDB on {GROUP_MODELS.get(group, group)}"
+        fig6 = "Fig. 6 (reproduced)" + ("" if group == "imdb" else f" on {GROUP_MODELS.get(group, group)}")
+        suffix = "" if group == "imdb" else f"_{group}"
+        lines = f"Lines: the mean of {m} seeds; shaded bands: {plots.BAND}." if m > 1 else "One seed: no band."
+        if "cory_no_kt" in runs or "cory_no_rex" in runs:
+            figures[f"fig6_ablations{suffix}"] = Drawn(plots.curves_figure(
+                ablation_rows(runs, k), f"{fig6}: IMDB ablations of knowledge transfer (KT) and role exchange (REx) "
+                f"({_over_seeds(m)})"),
+                f"{on} ablations: task reward and KL, one row per ablation against CORY-LLM1, with PPO as a thin line "
+                f"(no band) to read both against. {lines}")
+        if "cory_competitive" in runs:
+            coop, comp = runs["cory"], runs["cory_competitive"]
+            figures[f"fig_coop_vs_comp{suffix}"] = Drawn(plots.curves_figure(
+                _panels([(coop, "llm1", f"LLM1, cooperative (c = {partner_coef(coop):g})"),
+                         (comp, "llm1", f"LLM1, competitive (c = {partner_coef(comp):g})")], _reward_kl("imdb"), k),
+                f"Cooperative vs competitive partner reward $r_{{self}} + c\\,r_{{partner}}$, {on} ({_over_seeds(m)})"),
+                f"{on}, LLM1 trained on r_self + c r_partner: task reward and KL. {lines}")
+    rule = cfg.mechanism
+    if rule is not None and rule.group in inputs.runs:
+        names = [*rule.frontier, *rule.cory, *([rule.control] if rule.control else [])]
+        figures[f"fig_frontier_{rule.group}"] = frontier_drawn(rule.group, {n: inputs.runs[rule.group][n]
+                                                                            for n in names}, cfg)
     # No response-length panel: the sampler draws the length (ppo.generation.response_length), alike for every method.
     figures["fig_diversity"] = Drawn(plots.curves_figure(
         _panels(main_imdb, [("distinct_1", "(a) distinct-1 of the responses", "distinct words / words"),

@@ -24,13 +24,14 @@ ABLATION_READ = f"Fig. 6c, combined reward at iteration ~101, {READ}"
 
 PAPER_VALUES: dict[str, dict[str, PaperValue]] = {
     "imdb_similar_reward": {
-        f"{who} final task reward": PaperValue(2.5, f"Fig. 3a, about 2.5 for every method, {READ}")
-        for who in ("PPO", "CORY-LLM1", "CORY-LLM2")},
+        f"{who} final task reward{' (as pioneer)' if who != 'PPO' else ''}": PaperValue(
+            2.5, f"Fig. 3a, about 2.5 for every method, {READ}") for who in ("PPO", "CORY-LLM1", "CORY-LLM2")},
     "imdb_kl_ratio": {
-        **{f"mean final KL of PPO / CORY-{x}": PaperValue(2.0, "§4, Fig. 3b: 'more than 2x' (a lower bound)")
+        **{f"PPO / CORY-{x} final KL": PaperValue(2.0, "§4, Fig. 3b: 'more than 2x' (a lower bound)")
            for x in ("LLM1", "LLM2")},
         "PPO final KL": PaperValue((28.0, 37.0), f"PPO-GPT-2-l at iteration 100: {INFERRED_KL}"),
-        **{f"CORY-{x} final KL": PaperValue((9.0, 12.0), f"at iteration 100: {INFERRED_KL}") for x in ("LLM1", "LLM2")},
+        **{f"CORY-{x} final KL (as pioneer)": PaperValue((9.0, 12.0), f"at iteration 100: {INFERRED_KL}")
+           for x in ("LLM1", "LLM2")},
     },
     "imdb_combined_reward": {k: v for k, v in FIG3C_END.items() if "final" in k},
     "imdb_combined_fall": {
@@ -45,8 +46,9 @@ PAPER_VALUES: dict[str, dict[str, PaperValue]] = {
         "PPO's fall / CORY-LLM2's fall": PaperValue(5.2, f"{DERIVED}; about 7x as the end values' ratio"),
     },
     "imdb_collapse": {
-        "PPO final KL": PaperValue((28.0, 37.0), f"PPO-GPT-2-l at iteration 100: {INFERRED_KL}"),
-        **{f"CORY-{x} final KL": PaperValue((9.0, 12.0), f"at iteration 100: {INFERRED_KL}") for x in ("LLM1", "LLM2")},
+        "PPO final KL (as pioneer)": PaperValue((28.0, 37.0), f"PPO-GPT-2-l at iteration 100: {INFERRED_KL}"),
+        **{f"CORY-{x} final KL (as pioneer)": PaperValue((9.0, 12.0), f"at iteration 100: {INFERRED_KL}")
+           for x in ("LLM1", "LLM2")},
     },
     "imdb_2x_model": {"PPO-2x final combined reward": FIG3C_END["PPO-2x final combined reward"]},
     "math_ppo_peak": {"PPO peak iteration (smoothed task reward)": PaperValue(

@@ -9,6 +9,7 @@ CORY-LLM1, CORY-LLM2 ... read the same way across Figs. 3-6; a legend is drawn o
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Annotation  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from cory.files import atomic_write  # noqa: E402
 
 BAND = "lowest to highest seed"
 """What every shaded band and error bar spans (for titles and captions)."""
@@ -85,12 +88,12 @@ class FrontierPoint:
 
 
 def save(fig: Figure, path: str | Path) -> Path:
-    """Write the figure as a PNG and close it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    """Write the figure as a PNG, atomically (a reader sees the old file or the new one), and close it."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
-    return path
+    atomic_write(path, buffer.getvalue())
+    return Path(path)
 
 
 def _legend_below(fig, axes) -> None:
@@ -101,6 +104,8 @@ def _legend_below(fig, axes) -> None:
             if label not in handles:
                 handles[label] = handle
                 labels.append(label)
+    if not labels:  # nothing drawn (e.g. no KL level every run crosses): nothing to name
+        return
     ncol = len(labels) if len(labels) <= 4 else math.ceil(len(labels) / 2)
     fig.legend([handles[l] for l in labels], labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                ncol=ncol, frameon=False, fontsize=10)

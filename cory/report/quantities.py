@@ -5,6 +5,7 @@ key and title prefixes)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -13,8 +14,8 @@ import numpy as np
 from cory.report.curves import final_value, late_slope, max_drawdown
 from cory.report.paper import PAPER_VALUES
 from cory.report.results import Run
-from cory.report.stats import Bootstrap
-from cory.report.verdicts import Claim, Effect, PerSeed
+from cory.report.stats import Settings
+from cory.report.verdicts import Claim, Effect, PerSeed, Test, every_one
 
 if TYPE_CHECKING:
     from cory.report.config import ReportConfig
@@ -29,6 +30,19 @@ def _key(llm: str, metric: str) -> str:
 
 def final(run: Run, key: str, cfg: ReportConfig) -> PerSeed:
     return run.per_seed(key, lambda y: final_value(y, cfg.last_n))
+
+
+def final_as_pioneer(run: Run, llm: str, metric: str, cfg: ReportConfig) -> PerSeed:
+    """seed -> the mean of `llm`'s metric over its last last_n iterations as pioneer, the role whose prompt is PPO's
+    (an observer's KL is taken on another prompt, the pioneer's answer in context); every iteration of a run without
+    roles (PPO); NaN for an agent never pioneer (the observer of a run without role exchange)."""
+    out = {}
+    for seed, frame in run.histories.items():
+        y = run.curves(f"{llm}/{metric}")[seed]
+        role = frame[f"{llm}/role"].to_numpy(float) if f"{llm}/role" in frame else np.zeros(len(y))
+        pioneer = y[role == 0]
+        out[seed] = float(np.mean(pioneer[-cfg.last_n:])) if len(pioneer) else math.nan
+    return out
 
 
 def slope(run: Run, key: str) -> PerSeed:
@@ -89,22 +103,31 @@ class Context:
     title_prefix: str = ""
 
     def claim(self, key: str, figure: str, paper: str, rule: str, table: Table, effects: list[Effect],
-              notes: list[str] | None = None) -> Claim:
+              notes: list[str] | None = None, decide: Callable[[list[Test]], str] = every_one) -> Claim:
         cfg = self.cfg
         return Claim(f"{self.key_prefix}{key}", figure, f"{self.title_prefix}{paper}", rule, table.quantities,
-                     table.runs, effects, PAPER_VALUES.get(key, {}), notes or [],
-                     Bootstrap(cfg.confidence, cfg.bootstrap_draws, cfg.bootstrap_seed), cfg.test_claims)
+                     table.runs, effects, PAPER_VALUES.get(key, {}), notes or [], settings(cfg), cfg.test_claims,
+                     decide=decide)
+
+    def absent(self, key: str, paper: str, why: str) -> Claim:
+        """A claim this profile cannot test (a run or group it lacks): no numbers, the verdict "not tested"."""
+        return Claim(f"{self.key_prefix}{key}", "", f"{self.title_prefix}{paper}", f"not tested in this profile: {why}",
+                     {}, {}, [], PAPER_VALUES.get(key, {}), [], settings(self.cfg), self.cfg.test_claims, why)
 
 
-def difference(label: str, a: str, b: str, op: str = ">", threshold: float = 0.0) -> Effect:
-    """The effect mean(a) - mean(b), `op` threshold (0 unless said)."""
-    return Effect(label, (a, b), lambda x, y: np.subtract(x, y), op, threshold)
+def settings(cfg: ReportConfig) -> Settings:
+    return Settings(cfg.confidence, cfg.permutations, cfg.permutation_seed)
 
 
-def mean_of(label: str, a: str, op: str, threshold: float,
+def difference(label: str, a: str, b: str, direction: str, op: str = ">") -> Effect:
+    """mean(a) - mean(b) of two arms, whose direction (`op` 0) is the statement, by a rank test."""
+    return Effect(label, (a, b), direction=direction, op=op)
+
+
+def mean_of(label: str, a: str, statement: str, op: str, threshold: float,
             bounds: tuple[float, float] = (-math.inf, math.inf)) -> Effect:
-    """The effect mean(a), `op` threshold; `bounds`: the values a can take."""
-    return Effect(label, (a,), lambda x: x, op, threshold, bounds)
+    """mean(a) of one run, `op` threshold, read off its t interval; `bounds`: the values a can take."""
+    return Effect(label, (a,), (1.0,), magnitude=statement, op=op, threshold=threshold, bounds=bounds)
 
 
 def group_context(group: str, cfg: ReportConfig) -> Context:
@@ -116,8 +139,12 @@ def group_context(group: str, cfg: ReportConfig) -> Context:
 
 
 def figure_of(ctx: Context, name: str) -> str:
-    """The figure of a claim: the report draws every figure for the `imdb` group, and Fig. 3 for each other IMDB
-    group (fig3_<group>.png); the other figures' claims of those groups have none."""
+    """The figure of a claim: the report draws every figure for the `imdb` group, and for each other IMDB group its
+    Fig. 3 (fig3_<group>.png), Fig. 6 and partner-reward figure (fig6_ablations_<group>.png,
+    fig_coop_vs_comp_<group>.png, where it ran those runs); other figures' claims of those groups have none."""
     if not ctx.key_prefix:
         return name
-    return f"fig3_{ctx.key_prefix.rstrip('/')}.png" if name == "fig3_imdb.png" else ""
+    group = ctx.key_prefix.rstrip("/")
+    own = {"fig3_imdb.png": f"fig3_{group}.png", "fig6_ablations.png": f"fig6_ablations_{group}.png",
+           "fig_coop_vs_comp.png": f"fig_coop_vs_comp_{group}.png"}
+    return own.get(name, "")

@@ -4,8 +4,8 @@ The train stage writes outputs/<profile>/runs/<group>/<run>/seed<k>/{history.csv
 samples.jsonl} (cory.runs); evaluate writes eval/passk.json; the model stages write metrics/ and samples/.
 `load_inputs` reads all of it up front, so a missing group, run, seed or file is one clear error naming the path,
 before any statistic is computed or figure drawn. Which groups to read comes from params: the groups of
-EXPECTED_RUNS, and each task's KL-coefficient sweep (the group with a `sweep_eta`, SWEEP_TASKS), on the seeds each
-group ran.
+EXPECTED_RUNS with the runs of IMDB_RUNS they have, the runs report.mechanism names, and each task's KL-coefficient
+sweep (the group with a `sweep_eta`, SWEEP_TASKS), on the seeds each group ran.
 """
 
 from __future__ import annotations
@@ -26,11 +26,14 @@ from cory.runs.config import ExperimentConfig, eta_name
 from cory.schema import ConfigError
 
 EXPECTED_RUNS = {
-    "imdb": ("ppo", "ppo_2x", "cory", "cory_no_kt", "cory_no_rex", "cory_competitive"),
+    "imdb": ("ppo", "cory"),
     "math": ("ppo", "cory"),
 }
-"""Experiment group -> the runs the report's figures and claims read (run folders under outputs/<profile>/runs/
+"""Experiment group -> the runs the report's figures and claims need (run folders under outputs/<profile>/runs/
 <group>/). A run named ppo* is single-agent PPO, any other CORY. `check_report_inputs` checks them against params."""
+IMDB_RUNS = ("ppo", "ppo_2x", "cory", "cory_no_kt", "cory_no_rex", "cory_competitive")
+"""The runs an IMDB group's claims read where the group has them (the 2x-parameter model, the ablations, the
+competitive partner reward); a claim whose run the group lacks is "not tested in this profile"."""
 SWEEP_RUNS = ("ppo", "cory")
 """The runs of a KL-coefficient sweep (a group with sweep_eta): folders ppo_eta<e> and cory_eta<e> (Fig. 2c)."""
 SWEEP_TASKS = {"imdb": "pareto", "math": "pareto_math"}
@@ -71,19 +74,21 @@ def _check_algorithms(group: str, algorithms: dict[str, str], names: tuple[str, 
 def check_report_inputs(jobs: dict[str, list], models: dict[str, str],
                         experiments: dict[str, ExperimentConfig]) -> None:
     """The runs and models the report reads are what params train and evaluate: each expected run in its group
-    with its algorithm, each task's sweep group (if any) with runs ppo and cory, each Fig. 5 model in
-    evaluation.models. Called by pipeline.params.validate, so a renamed run stops `dvc repro` before training rather
-    than in the report.
+    with its algorithm (and each run of IMDB_RUNS the `imdb` group has), each task's sweep group (if any) with runs
+    ppo and cory, each Fig. 5 model in evaluation.models. Called by pipeline.params.validate, so a renamed run stops
+    `dvc repro` before training rather than in the report.
 
     `jobs` is group -> its resolved cory.runs.config.Job list. Params without any of the report's groups (a side
-    experiment such as tools/variants.py writes) are not checked: no report is made of them."""
+    experiment's own params file) are not checked: no report is made of them."""
     if not any(group in jobs for group in EXPECTED_RUNS):
         return
     for group, names in EXPECTED_RUNS.items():
         if group not in jobs:
             raise ConfigError(f"experiments.{group}: missing; the report reads its runs {', '.join(names)} "
                               "(cory/report/results.py EXPECTED_RUNS)")
-        _check_algorithms(group, {job.run: job.algorithm for job in jobs[group]}, names,
+        algorithms = {job.run: job.algorithm for job in jobs[group]}
+        present = tuple(n for n in IMDB_RUNS if n in algorithms) if group == "imdb" else ()
+        _check_algorithms(group, algorithms, tuple(dict.fromkeys((*names, *present))),
                           "the report reads this run (cory/report/results.py EXPECTED_RUNS)")
     for task, group in sweep_groups(experiments).items():
         if task not in SWEEP_TASKS:
@@ -98,16 +103,58 @@ def check_report_inputs(jobs: dict[str, list], models: dict[str, str],
         raise ConfigError(f"evaluation.models: needs {', '.join(missing)} (Fig. 5 draws {', '.join(PASSK_MODELS)})")
 
 
-IMDB_REQUIRED = ("ppo", "cory")
-"""The runs every IMDB group of report.imdb_groups needs; the claims of any other run it lacks are skipped."""
+IMDB_REQUIRED = EXPECTED_RUNS["imdb"]
+"""The runs every IMDB group of report.imdb_groups needs; the claims of any other run it lacks are not tested."""
 
 
 def check_imdb_group(group: str, jobs: list) -> None:
-    """An IMDB group the claims are made for (report.imdb_groups) has runs ppo and cory, and each run of
-    EXPECTED_RUNS["imdb"] it has trains the algorithm its name says."""
+    """An IMDB group the claims are made for (report.imdb_groups) has runs ppo and cory, and each run of IMDB_RUNS it
+    has trains the algorithm its name says."""
     algorithms = {job.run: job.algorithm for job in jobs}
-    names = tuple(dict.fromkeys((*IMDB_REQUIRED, *(n for n in EXPECTED_RUNS["imdb"] if n in algorithms))))
+    names = tuple(dict.fromkeys((*IMDB_REQUIRED, *(n for n in IMDB_RUNS if n in algorithms))))
     _check_algorithms(group, algorithms, names, "report.imdb_groups lists this group, whose claims read it")
+
+
+def check_mechanism(rule, jobs: dict[str, list], test_claims: bool = True) -> None:
+    """report.mechanism (cory.report.config.MechanismConfig) names runs its group trains: frontier runs of single-agent
+    PPO at two or more KL coefficients, CORY runs with knowledge transfer, a control without it, every one over the
+    same seeds (two or more where the report tests claims: the rule pairs them by seed). One ConfigError naming the
+    setting otherwise."""
+    if rule is None:
+        return
+    where = "report.mechanism"
+    if rule.group not in jobs:
+        raise ConfigError(f"{where}.group: no experiment group {rule.group!r} (known: {', '.join(jobs)})")
+    by_run: dict[str, list] = {}
+    for job in jobs[rule.group]:
+        by_run.setdefault(job.run, []).append(job)
+    named = {"frontier": list(rule.frontier), "cory": list(rule.cory),
+             "control": [rule.control] if rule.control else []}
+    for setting, names in named.items():
+        for name in names:
+            if name not in by_run:
+                raise ConfigError(f"{where}.{setting}: group {rule.group!r} has no run {name!r} (it has "
+                                  f"{', '.join(by_run)})")
+            train = by_run[name][0].train
+            agents, transfer = train.cory.n_agents, train.cory.knowledge_transfer
+            wanted = {"frontier": (agents == 1, "single-agent PPO (train.cory.n_agents 1)"),
+                      "cory": (agents == 2 and transfer, "CORY with knowledge transfer (train.cory.knowledge_transfer)"),
+                      "control": (agents == 2 and not transfer, "CORY without knowledge transfer "
+                                  "(train.cory.knowledge_transfer false)")}[setting]
+            if not wanted[0]:
+                raise ConfigError(f"{where}.{setting}: run {rule.group}/{name} must be {wanted[1]}")
+    etas = {name: by_run[name][0].train.ppo.init_kl_coef for name in rule.frontier}
+    if len(set(etas.values())) < 2:
+        raise ConfigError(f"{where}.frontier: runs {', '.join(etas)} train at one KL coefficient "
+                          f"(train.ppo.init_kl_coef {next(iter(etas.values())):g}); PPO's frontier needs two or more")
+    seeds = {name: sorted(job.seed for job in by_run[name]) for names in named.values() for name in names}
+    if len({tuple(s) for s in seeds.values()}) > 1:
+        raise ConfigError(f"{where}: its runs do not share seeds ({'; '.join(f'{n} {s}' for n, s in seeds.items())}): "
+                          "the rule pairs them by seed")
+    n = len(next(iter(seeds.values())))
+    if test_claims and n < 2:
+        raise ConfigError(f"{where}: its runs train {n} seed; the rule pairs runs by seed and needs two or more "
+                          f"(experiments.{rule.group}.seeds)")
 
 
 @dataclass
@@ -123,6 +170,10 @@ class Run:
     """seed -> peak GPU memory of its process (NaN on CPU or in runs written before it was recorded)."""
     phase_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
     """seed -> its process's wall time by phase (summary.json; seeds written before it was recorded are left out)."""
+    samples_by_seed: dict[int, list[dict]] = field(default_factory=dict)
+    """seed -> its samples.jsonl rows (`samples` is the first seed's)."""
+    device: str = ""
+    """The device the first seed trained on (provenance.json; "" where it is not recorded)."""
 
     @property
     def seeds(self) -> list[int]:
@@ -151,7 +202,7 @@ def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
         seeds = sorted(int(p.name[4:]) for p in run_dir.glob("seed*") if p.name[4:].isdigit())
         if not seeds:
             raise FileNotFoundError(f"{run_dir}: no seed<k>/ folders")
-    histories, wall, memory, phases, config, samples = {}, {}, {}, {}, {}, []
+    histories, wall, memory, phases, config, samples, device = {}, {}, {}, {}, {}, {}, ""
     for seed in seeds:
         folder = run_dir / f"seed{seed}"
         for name in ("history.csv", "summary.json", "config.json", "samples.jsonl"):
@@ -163,11 +214,13 @@ def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
         memory[seed] = float(summary.get("peak_gpu_memory_gib") or math.nan)
         if summary.get("phase_seconds"):
             phases[seed] = {name: float(seconds) for name, seconds in summary["phase_seconds"].items()}
+        samples[seed] = read_jsonl(folder / "samples.jsonl")
         if not config:  # seeds differ only in `seed`: the first one's config stands for the run
             config = read_json(folder / "config.json")
-            samples = read_jsonl(folder / "samples.jsonl")
+            if (folder / "provenance.json").is_file():
+                device = str(read_json(folder / "provenance.json").get("device", ""))
     name = "/".join(run_dir.parts[-2:])
-    return Run(name, histories, config, samples, wall, memory, phases)
+    return Run(name, histories, config, samples[seeds[0]], wall, memory, phases, samples, device)
 
 
 def _group_dir(runs_dir: Path, group: str) -> Path:
@@ -219,21 +272,26 @@ def _json_folder(path: Path) -> dict[str, dict]:
     return {p.stem: read_json(p) for p in sorted(path.glob("*.json"))}
 
 
-def expected_runs(group: str, experiments: dict[str, ExperimentConfig]) -> tuple[str, ...]:
-    """The runs the report reads of a group: those of EXPECTED_RUNS for its groups; for another IMDB group of
-    report.imdb_groups, the runs of EXPECTED_RUNS["imdb"] its params list (ppo and cory at least:
-    `check_imdb_group`)."""
-    if group in EXPECTED_RUNS:
-        return EXPECTED_RUNS[group]
-    return tuple(name for name in EXPECTED_RUNS["imdb"] if name in experiments[group].runs)
+def expected_runs(group: str, experiments: dict[str, ExperimentConfig], mechanism=None) -> tuple[str, ...]:
+    """The runs the report reads of a group: for an IMDB group (`imdb`, or another of report.imdb_groups), those of
+    IMDB_RUNS its params list (ppo and cory at least: `check_imdb_group`); for `math`, EXPECTED_RUNS'; and the runs
+    report.mechanism (`mechanism`) names, where it is this group's rule."""
+    exp = experiments.get(group)
+    listed = exp.runs if exp is not None else {}
+    names = EXPECTED_RUNS["math"] if group == "math" else tuple(n for n in IMDB_RUNS if n in listed or (
+        exp is None and n in EXPECTED_RUNS["imdb"]))
+    if mechanism is not None and mechanism.group == group:
+        names += (*mechanism.frontier, *mechanism.cory, *((mechanism.control,) if mechanism.control else ()))
+    return tuple(dict.fromkeys(names))
 
 
 def load_inputs(outputs: Path, experiments: dict[str, ExperimentConfig], seeds: list[int] | None = None,
-                imdb_groups: tuple[str, ...] = ()) -> Inputs:
+                imdb_groups: tuple[str, ...] = (), mechanism=None) -> Inputs:
     """Read outputs/<profile>/ (see the module docstring). `experiments` (params) say which groups sweep a task's KL
     coefficient and which seeds a group with its own `seeds` ran; `seeds` (the top-level seeds) are every other
     group's, None taking every seed folder of each run. `imdb_groups` (report.imdb_groups) adds the IMDB groups the
-    claims are made for besides `imdb`, with the runs of EXPECTED_RUNS["imdb"] each has."""
+    claims are made for besides `imdb`, with the runs of IMDB_RUNS each has; `mechanism` (report.mechanism) the runs
+    its rule compares."""
     runs_dir = outputs / "runs"
 
     def seeds_of(group: str) -> list[int] | None:  # validation made a group's own seeds a subset of `seeds`
@@ -241,9 +299,11 @@ def load_inputs(outputs: Path, experiments: dict[str, ExperimentConfig], seeds: 
         return exp.seeds if exp is not None and exp.seeds is not None else seeds
 
     runs = {}
-    for group in dict.fromkeys((*EXPECTED_RUNS, *imdb_groups)):
+    groups = (*EXPECTED_RUNS, *imdb_groups, *((mechanism.group,) if mechanism is not None else ()))
+    for group in dict.fromkeys(groups):
         folder = _group_dir(runs_dir, group)
-        runs[group] = {name: load_run(folder / name, seeds_of(group)) for name in expected_runs(group, experiments)}
+        runs[group] = {name: load_run(folder / name, seeds_of(group))
+                       for name in expected_runs(group, experiments, mechanism)}
     sweeps = {}
     for task, group in sweep_groups(experiments).items():
         if task not in SWEEP_TASKS:

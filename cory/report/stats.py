@@ -1,30 +1,35 @@
-"""The statistics behind the verdicts: intervals over seeds, the side of a threshold an interval lies on, and how many
-seeds an interval needs.
+"""The statistics behind the verdicts: t intervals of contrasts of run means, log-scale intervals of ratios, exact rank
+tests of a direction, two one-sided tests of "similar", and the seeds a verdict needs at 80% power. Rates of seeds
+(k of n collapsed) are in cory.report.rates.
 
-A claim's effect is one number computed from seed means (e.g. PPO's mean final KL over CORY's). Its interval is a
-percentile bootstrap over seeds: each run's seeds are drawn with replacement, independently of every other run's
-(runs of different algorithms share no randomness, so pairing them by seed number would invent a correlation), while
-quantities of one run (LLM1 and LLM2 of one CORY run) are drawn together, seed by seed. A fixed generator seed makes
-a report reproducible. With few seeds the plain percentile interval is too narrow (a bootstrap's spread is the
-plug-in one, and a normal quantile stands where Student's t belongs), so its percentiles are those of Hesterberg's
-expanded percentile interval (`expanded_alpha`; Hesterberg 2015, "What teachers should know about the bootstrap",
-The American Statistician 69(4)), at the fewest seeds of the effect's runs. At 3 seeds that level lies beyond every
-draw, and the draws end at the seeds' extremes: the range of 3 seeds holds their median only 75% of the time (each
-seed falls on either side of it with probability 1/2). So the interval is never narrower than Student's t interval
-on the bootstrap's standard error (`student_half_width`), which for a mean is the textbook one. Rates (k of n seeds)
-get exact intervals instead (Clopper-Pearson for one rate, an exact unconditional test inverted for a difference of
-two): a bootstrap of 3 seeds that all collapsed would give [1, 1].
+Seeds pair. Runs of one experiment group with the same seed number share more than the number: the run seed drives
+the response-length stream (cory.rl.trainer) and whatever else it fixes, so two arms' final values correlate seed by
+seed (on the scratch IMDB model, final KLs of PPO and of the CORY variants at Spearman 0.79-0.88). So where the arms of
+an effect have the same seeds, the effect is computed seed by seed and its interval is Student's t on those per-seed
+values (n - 1 degrees of freedom); otherwise the arms are independent samples and the interval is Welch's, with
+Satterthwaite's degrees of freedom. A ratio of two positive means (PPO's KL over CORY's) is analysed on the log scale
+(the delta method: log(m_a / m_b) with its standard error, the interval taken back by exp), so its interval never
+reaches below 0 and is not the symmetric interval of a heavy-tailed ratio.
 
-Everything here is a pure function of numbers; cory.report.claims turns runs into those numbers.
+A direction ("lower than", "rises") is decided by an exact rank test: the signed-rank test of the per-seed differences
+where seeds pair (or of one run's values against the null), the rank-sum test of two independent arms, each an exact
+permutation test of the ranks (scipy.stats.permutation_test). Its p-value cannot fall below the chance of the most
+extreme ranking: 1 / 2^n for n pairs, 1 / C(n_a + n_b, n_a) for two arms (1/20 = 0.05 at 3 against 3), so a seed count
+whose smallest p is above (1 - confidence) / 2 cannot decide a direction, and the report says so.
+
+A magnitude (more than 2x, at least a margin) is decided by the interval: held where the whole interval lies on the
+claim's side of its threshold, did not hold where it lies on the other side. "Similar" is two one-sided tests of the
+signed difference: held where the interval lies within +-margin, did not hold where it lies wholly beyond one of them.
+
+Everything here is a pure function of numbers; cory.report.verdicts turns a claim's quantities into them.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
@@ -35,88 +40,119 @@ SIDES: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 """The side of its threshold an effect must lie on for the claim to hold."""
 
+POWER = 0.8
+"""The chance of a decided verdict that "seeds needed" asks for."""
+
 
 @dataclass(frozen=True)
-class Bootstrap:
-    """How intervals are drawn (params report.confidence, report.bootstrap_draws, report.bootstrap_seed)."""
+class Settings:
+    """How intervals and tests are computed (params report.confidence, report.permutations, report.permutation_seed)."""
 
     confidence: float = 0.95
-    draws: int = 10000
+    permutations: int = 100_000
+    """Rank tests enumerate every permutation up to this many (exact), else draw this many (seeded)."""
     seed: int = 0
+
+    @property
+    def tail(self) -> float:
+        """The level of each one-sided test: (1 - confidence) / 2 (0.025 at 95%)."""
+        return (1 - self.confidence) / 2
 
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its interval; `se` is the standard deviation of the bootstrap draws (NaN for exact
-    intervals). low and high are NaN where no interval exists (a run with fewer than 2 seeds)."""
+    """A point estimate with its interval; low and high are NaN where no interval exists (fewer than 2 seeds)."""
 
     estimate: float
     low: float
     high: float
-    se: float = math.nan
 
 
-def t_quantile(p: float, df: int) -> float:
+@dataclass(frozen=True)
+class Estimate:
+    """An effect on its analysis scale (the log scale for a ratio): the value, its standard error and degrees of
+    freedom, and the per-seed variance terms that scale it to another seed count (`seeds_for_power`)."""
+
+    value: float
+    se: float
+    df: float
+    log: bool = False
+    terms: tuple[float, ...] = ()
+    """Variance per seed of each independent arm (w_i^2 s_i^2; one term, the per-seed values' variance, if paired)."""
+    paired: bool = False
+
+    @property
+    def natural(self) -> float:
+        """The estimate on the effect's own scale."""
+        return math.exp(self.value) if self.log else self.value
+
+
+NO_ESTIMATE = Estimate(math.nan, math.nan, math.nan)
+
+
+def t_quantile(p: float, df: float) -> float:
     """The p-quantile of Student's t with `df` degrees of freedom."""
     from scipy.stats import t
 
     return float(t.ppf(p, df))
 
 
-def expanded_alpha(confidence: float, n: int) -> float:
-    """The two-sided level whose percentile interval of a bootstrap over n seeds has about the coverage `confidence`
-    asks for (Hesterberg's expanded percentile interval): alpha' = 2 Phi(-sqrt(n / (n-1)) t_{1 - alpha/2, n-1}), which
-    widens the interval by the t quantile over the normal one and by the bootstrap's shrinkage of the spread. 95% at
-    3 seeds: 1.4e-7 (the ends of the draws); at 4: 2.4e-4; at 8: 0.011; as n grows, 1 - confidence."""
-    alpha = 1 - confidence
-    return 2 * NormalDist().cdf(-math.sqrt(n / (n - 1)) * t_quantile(1 - alpha / 2, n - 1))
+def satterthwaite(variances: Sequence[float], counts: Sequence[int]) -> float:
+    """Welch-Satterthwaite degrees of freedom of sum_i v_i / n_i (v_i: each arm's variance, its weight squared in)."""
+    parts = [v / n for v, n in zip(variances, counts)]
+    denominator = sum(p * p / (n - 1) for p, n in zip(parts, counts))
+    return sum(parts) ** 2 / denominator if denominator > 0 else float(min(counts) - 1)
 
 
-def resampled_means(values: np.ndarray, draws: int, rng: np.random.Generator) -> np.ndarray:
-    """(draws, quantities) means of `values` (seeds, quantities) over as many seeds drawn with replacement: the rows
-    of one run are drawn together, so its quantities keep their pairing."""
-    n = values.shape[0]
-    return values[rng.integers(0, n, size=(draws, n))].mean(axis=1)
+def contrast(samples: Sequence[np.ndarray], weights: Sequence[float], constant: float = 0.0,
+             paired: bool = False) -> Estimate:
+    """sum_i w_i mean(samples_i) + constant. Paired (every sample over the same seeds, in order): the t estimate of
+    the per-seed values sum_i w_i x_i; else Welch's, each sample its own arm. NaN without 2 values in some arm."""
+    samples = [np.asarray(s, dtype=float) for s in samples]
+    if paired:
+        per_seed = sum(w * s for w, s in zip(weights, samples)) + constant
+        n = len(per_seed)
+        if n < 2:
+            return Estimate(float(np.mean(per_seed)) if n else math.nan, math.nan, math.nan, paired=True)
+        var = float(np.var(per_seed, ddof=1))
+        return Estimate(float(np.mean(per_seed)), math.sqrt(var / n), n - 1, terms=(var,), paired=True)
+    value = sum(w * float(np.mean(s)) for w, s in zip(weights, samples)) + constant if all(len(s) for s in samples) \
+        else math.nan
+    counts = [len(s) for s in samples]
+    if min(counts) < 2:
+        return Estimate(value, math.nan, math.nan)
+    terms = tuple(w * w * float(np.var(s, ddof=1)) for w, s in zip(weights, samples))
+    return Estimate(value, math.sqrt(sum(v / n for v, n in zip(terms, counts))), satterthwaite(terms, counts),
+                    terms=terms)
 
 
-def bootstrap_interval(runs: list[np.ndarray], formula: Callable[..., object], settings: Bootstrap,
-                       constants: tuple[float, ...] = (), bounds: tuple[float, float] = (-math.inf, math.inf)
-                       ) -> Interval:
-    """The effect `formula(*means of run 0's columns, *means of run 1's columns, ..., *constants)` at the seed means,
-    with its percentile interval over seeds drawn per run independently, at the expanded level of the runs' fewest
-    seeds (`expanded_alpha`).
-
-    `runs` holds one (seeds, quantities) array per run; `constants` are values without seeds (a base model trained
-    once). `formula` must be elementwise (numpy), as it is called once with floats and once with one array per
-    quantity holding every draw. The interval's ends are draws themselves (quantiles "lower" and "higher": never
-    narrower than the percentiles), NaN where a run has fewer than 2 seeds or a draw has no value (a ratio 0/0).
-    Student's widening stops at `bounds`, the values the effect can take (a share: 0 to 1)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        point = float(formula(*(float(x) for v in runs for x in v.mean(axis=0)), *constants))
-        if any(v.shape[0] < 2 for v in runs):
-            return Interval(point, math.nan, math.nan)
-        rng = np.random.default_rng(settings.seed)
-        columns = [m for v in runs for m in resampled_means(v, settings.draws, rng).T]
-        draws = np.broadcast_to(np.asarray(formula(*columns, *constants), dtype=float), (settings.draws,))
-    if np.isnan(draws).any():
-        return Interval(point, math.nan, math.nan)
-    n = min(v.shape[0] for v in runs)
-    alpha = expanded_alpha(settings.confidence, n)
-    finite = draws[np.isfinite(draws)]
-    se = float(np.std(finite)) if len(finite) == len(draws) else math.inf
-    low = float(np.quantile(draws, alpha / 2, method="lower"))
-    high = float(np.quantile(draws, 1 - alpha / 2, method="higher"))
-    if math.isfinite(se):  # no narrower than Student's t, which the draws of a few seeds cannot reach
-        half = student_half_width(se, n, settings.confidence)
-        low, high = max(min(low, point - half), bounds[0]), min(max(high, point + half), bounds[1])
-    return Interval(point, low, high, se)
+def log_ratio(a: np.ndarray, b: np.ndarray, paired: bool = False) -> Estimate:
+    """log(mean a / mean b) of two positive quantities by the delta method: var = var(a)/(n m_a^2) + var(b)/(n m_b^2),
+    less the covariance term where paired (computed as the variance of a/m_a - b/m_b seed by seed). NaN where a mean
+    is not positive (no log scale)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not (len(a) and len(b)) or np.mean(a) <= 0 or np.mean(b) <= 0:
+        return NO_ESTIMATE
+    ma, mb = float(np.mean(a)), float(np.mean(b))
+    value = math.log(ma / mb)
+    if paired:
+        linear = contrast([a / ma, b / mb], [1.0, -1.0], paired=True)
+        return Estimate(value, linear.se, linear.df, log=True, terms=linear.terms, paired=True)
+    linear = contrast([a / ma, b / mb], [1.0, -1.0])
+    return Estimate(value, linear.se, linear.df, log=True, terms=linear.terms)
 
 
-def student_half_width(se: float, n: int, confidence: float) -> float:
-    """Half the width of Student's t interval at n seeds from a bootstrap standard error: t_{1 - alpha/2, n-1} x se x
-    sqrt(n / (n-1)) (the bootstrap's spread is the plug-in one, sqrt((n-1) / n) of the sample's). For one run's mean
-    it is the textbook t interval; for a difference of two runs' means, Welch's at the fewer seeds' degrees of freedom."""
-    return t_quantile(1 - (1 - confidence) / 2, n - 1) * se * math.sqrt(n / (n - 1))
+def t_interval(est: Estimate, confidence: float, bounds: tuple[float, float] = (-math.inf, math.inf)) -> Interval:
+    """The estimate +- t_{1 - alpha/2, df} x se, taken back from the log scale where it is one, within `bounds` (the
+    values the effect can take). No interval without a standard error; a point where the spread is 0."""
+    estimate = est.natural
+    if math.isnan(est.se) or math.isnan(est.value):
+        return Interval(estimate, math.nan, math.nan)
+    half = t_quantile(1 - (1 - confidence) / 2, est.df) * est.se if est.se > 0 else 0.0
+    low, high = est.value - half, est.value + half
+    if est.log:
+        low, high = math.exp(low), math.exp(high)
+    return Interval(estimate, max(low, bounds[0]), min(high, bounds[1]))
 
 
 def side(interval: Interval, op: str, threshold: float) -> str:
@@ -130,9 +166,21 @@ def side(interval: Interval, op: str, threshold: float) -> str:
     return HELD if all(ends) else NOT_HELD if not any(ends) else INCONCLUSIVE
 
 
+def within(interval: Interval, margin: float) -> str:
+    """Two one-sided tests of "similar", each at (1 - confidence) / 2: held where the interval of the signed
+    difference lies within (-margin, margin); did not hold where it lies wholly at or beyond one of them."""
+    if math.isnan(interval.estimate):
+        return NOT_MEASURABLE
+    if math.isnan(interval.low) or math.isnan(margin):
+        return INCONCLUSIVE
+    if -margin < interval.low and interval.high < margin:
+        return HELD
+    return NOT_HELD if interval.low >= margin or interval.high <= -margin else INCONCLUSIVE
+
+
 def combine(verdicts: list[str]) -> str:
-    """A claim of several sub-conditions (LLM1 and LLM2): held if every one is held, did not hold if any did not,
-    not measurable if none is measurable, else inconclusive."""
+    """A claim of several statements (direction and magnitude, LLM1 and LLM2): held if every one is held, did not
+    hold if any did not, not measurable if none is measurable, else inconclusive."""
     if not verdicts or all(v == NOT_MEASURABLE for v in verdicts):
         return NOT_MEASURABLE
     if NOT_HELD in verdicts:
@@ -140,118 +188,112 @@ def combine(verdicts: list[str]) -> str:
     return HELD if all(v == HELD for v in verdicts) else INCONCLUSIVE
 
 
-def _binomial_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p)."""
-    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+@dataclass(frozen=True)
+class RankTest:
+    """An exact rank test of a direction: the one-sided p of the claim's direction, that of the other direction, and
+    the smallest p its seed counts can reach."""
+
+    p: float
+    p_other: float
+    smallest: float
+    method: str
 
 
-def _bisect(f: Callable[[float], float], target: float, increasing: bool) -> float:
-    """The p in [0, 1] where the monotone f(p) crosses `target` (to 1e-12)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if (f(mid) < target) == increasing:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+def smallest_p(n_a: int, n_b: int | None) -> float:
+    """The smallest one-sided p of a rank test: 1 / 2^n for n pairs (or one run against a null), 1 / C(n_a + n_b,
+    n_a) for two independent arms (ties only make it larger)."""
+    if n_b is None:
+        return 0.5 ** n_a if n_a else 1.0
+    return 1 / math.comb(n_a + n_b, n_a) if n_a and n_b else 1.0
 
 
-def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
-    """The exact interval of a rate from k successes in n trials: each end excludes at most (1 - confidence) / 2
-    (P(X >= k | low) = P(X <= k | high) = (1 - confidence) / 2); (0, 1) for n = 0."""
-    if n == 0:
-        return 0.0, 1.0
-    tail = (1 - confidence) / 2
-    low = 0.0 if k == 0 else _bisect(lambda p: 1 - _binomial_cdf(k - 1, n, p), tail, increasing=True)
-    high = 1.0 if k == n else _bisect(lambda p: _binomial_cdf(k, n, p), tail, increasing=False)
-    return low, high
+OTHER = {"greater": "less", "less": "greater"}
 
 
-def _upper_tail(k1: int, n1: int, k2: int, n2: int, delta: float, grid: int = 201) -> float:
-    """The exact unconditional p-value of k1/n1 - k2/n2 against rate differences of `delta`: the largest
-    P(X1/n1 - X2/n2 >= k1/n1 - k2/n2) over rates p1 = p2 + delta (p2 on a grid of `grid` points)."""
-    p2 = np.linspace(max(0.0, -delta), min(1.0, 1.0 - delta), grid)
-    p1 = np.clip(p2 + delta, 0.0, 1.0)
-    i, j = np.arange(n1 + 1), np.arange(n2 + 1)
-    pmf1 = np.array([math.comb(n1, x) for x in i]) * p1[:, None] ** i * (1 - p1[:, None]) ** (n1 - i)
-    pmf2 = np.array([math.comb(n2, x) for x in j]) * p2[:, None] ** j * (1 - p2[:, None]) ** (n2 - j)
-    extreme = (i[:, None] / n1 - j[None, :] / n2) >= k1 / n1 - k2 / n2 - 1e-12
-    return float(np.einsum("gi,ij,gj->g", pmf1, extreme.astype(float), pmf2).max())
+def rank_test(a: np.ndarray, b: np.ndarray | None, paired: bool, alternative: str, settings: Settings) -> RankTest:
+    """Whether a lies above (alternative "greater") or below ("less") b: where b is None, a's values against 0;
+    paired, the per-seed differences a - b; both by the signed-rank statistic (the ranks of |d|, each with d's sign;
+    a zero difference adds nothing) under every flip of the signs. Unpaired, the rank-sum statistic under every
+    split of the pooled ranks into the two arms. Exact up to settings.permutations arrangements (else that many
+    drawn, seeded)."""
+    from scipy.stats import permutation_test, rankdata
+
+    a = np.asarray(a, dtype=float)
+    options = {"n_resamples": settings.permutations, "vectorized": True, "random_state": settings.seed}
+    if b is None or paired:
+        d = a if b is None else a - np.asarray(b, dtype=float)
+        if len(d) == 0:
+            return RankTest(math.nan, math.nan, 1.0, "signed-rank")
+        signed = np.sign(d) * rankdata(np.abs(d))
+        smallest = smallest_p(int(np.count_nonzero(d)), None)
+        if not signed.any():
+            return RankTest(1.0, 1.0, smallest, "signed-rank")
+        if len(d) == 1:  # one pair: its sign, flipped or not (scipy's test wants two)
+            up = 0.5 if d[0] > 0 else 1.0
+            return RankTest(*((up, 1.5 - up) if alternative == "greater" else (1.5 - up, up)), smallest, "signed-rank")
+        p = {side: float(permutation_test((signed,), lambda x, axis=-1: np.sum(x, axis=axis),
+                                          permutation_type="samples", alternative=side, **options).pvalue)
+             for side in (alternative, OTHER[alternative])}
+        return RankTest(p[alternative], p[OTHER[alternative]], smallest, "signed-rank")
+    b = np.asarray(b, dtype=float)
+    if len(a) == 0 or len(b) == 0:
+        return RankTest(math.nan, math.nan, 1.0, "rank-sum")
+    if len(a) == 1 and len(b) == 1:  # one seed each: which is above, or a tie (scipy's test wants two)
+        up = 0.5 if a[0] > b[0] else 1.0 if a[0] < b[0] else 1.0
+        down = 0.5 if a[0] < b[0] else 1.0
+        return RankTest(*((up, down) if alternative == "greater" else (down, up)), 0.5, "rank-sum")
+    ranks = rankdata(np.concatenate([a, b]))
+    p = {side: float(permutation_test((ranks[: len(a)], ranks[len(a):]),
+                                      lambda x, y, axis=-1: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+                                      alternative=side, **options).pvalue)
+         for side in (alternative, OTHER[alternative])}
+    return RankTest(p[alternative], p[OTHER[alternative]], smallest_p(len(a), len(b)), "rank-sum")
 
 
-def _lower_bound(k1: int, n1: int, k2: int, n2: int, tail: float) -> float:
-    """The smallest rate difference the one-sided exact unconditional test at level `tail` does not reject: a
-    scan over [-1, 1], then bisection within the step where the test stops rejecting."""
-    deltas = np.linspace(-1.0, 1.0, 81)
-    accepted = [d for d in deltas if _upper_tail(k1, n1, k2, n2, d) > tail]
-    first = float(accepted[0]) if accepted else k1 / n1 - k2 / n2
-    lo, hi = max(-1.0, first - 2.0 / 80), first
-    if hi <= -1.0:
-        return -1.0
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _upper_tail(k1, n1, k2, n2, mid) > tail else (mid, hi)
-    return lo
+def rank_verdict(test: RankTest, tail: float) -> str:
+    """held where the one-sided p of the claim's direction is at most `tail`, did not hold where that of the other
+    direction is, else inconclusive."""
+    if math.isnan(test.p):
+        return NOT_MEASURABLE
+    return HELD if test.p <= tail else NOT_HELD if test.p_other <= tail else INCONCLUSIVE
 
 
-def rate_difference(k1: int, n1: int, k2: int, n2: int, confidence: float) -> Interval:
-    """k1/n1 - k2/n2 of two independent runs' seeds with its exact interval: each end is where a one-sided exact
-    unconditional test (the statistic the difference itself, the nuisance rate maximised over) at (1 - confidence) / 2
-    stops rejecting. Unlike a bootstrap it does not collapse to a point when every seed agrees: 3 of 3 against 0 of 3
-    clears 0 at 95% (p = 1/64 at the worst common rate, 1/2), 2 of 3 against 0 of 3 does not."""
-    if n1 == 0 or n2 == 0:
-        return Interval(math.nan, math.nan, math.nan)
-    tail = (1 - confidence) / 2
-    return Interval(k1 / n1 - k2 / n2, _lower_bound(k1, n1, k2, n2, tail), -_lower_bound(k2, n2, k1, n1, tail))
+def fewest_for_rank(paired_or_one: bool, tail: float) -> int:
+    """The fewest seeds per arm whose rank test can reach p <= tail: 6 pairs at 2.5% (1/64), 4 against 4 (1/70)."""
+    m = 2
+    while smallest_p(m, None if paired_or_one else m) > tail:
+        m += 1
+    return m
 
 
-def rate_difference_clears_zero(k1: int, n1: int, k2: int, n2: int, confidence: float) -> bool:
-    """Whether `rate_difference`'s interval excludes 0, from the exact test at 0 alone (quick, for seed counts)."""
-    tail = (1 - confidence) / 2
-    return _upper_tail(k1, n1, k2, n2, 0.0) <= tail or _upper_tail(k2, n2, k1, n1, 0.0) <= tail
+def seeds_for_power(est: Estimate, threshold: float, confidence: float, power: float = POWER,
+                    most: int = 10_000) -> float:
+    """Seeds per arm for the interval to clear `threshold` (on the effect's own scale) on the side of the estimate
+    with probability `power`, if the effect were the estimate and each arm's spread as measured: the fewest m with
+    P(T' > t_{1 - alpha/2, df_m}) >= power, T' noncentral t with noncentrality |estimate - threshold| / se_m, se_m and
+    df_m the measured ones scaled to m seeds per arm (n - 1 if paired, Satterthwaite's otherwise). 2 where nothing
+    spreads, inf on the threshold, NaN without a spread (under 2 seeds) or a scale (a threshold of 0 on a log
+    scale). A spread measured on a few seeds is itself uncertain (the variance of 3 seeds spans x0.27 to x39.5 at
+    95%), so the count is an estimate."""
+    from scipy.stats import nct, t
 
-
-def z_value(confidence: float) -> float:
-    """The two-sided normal quantile of a confidence level (1.96 at 0.95)."""
-    return NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-
-
-def seeds_needed(interval: Interval, threshold: float, n: int, confidence: float) -> float:
-    """Seeds per run for the interval to clear the threshold on the side of its estimate, if the spread stays as
-    measured: the bootstrap standard error, corrected for the bootstrap's small-sample shrinkage (x sqrt(n / (n-1))),
-    shrinks as 1/sqrt(seeds), and the expanded interval at m seeds reaches about t_{m-1} x se' x sqrt(n / m), so m is
-    the fewest with t_{m-1} se' sqrt(n / m) < |estimate - threshold| (at least the normal quantile's n (z se' / gap)^2).
-    At least 2 (the fewest with a spread), and 2 where the draws do not spread at all; inf where the estimate is the
-    threshold; NaN under 2 seeds or with an infinite spread."""
-    gap = abs(interval.estimate - threshold)
-    if n < 2 or math.isnan(gap):
+    target = math.log(threshold) if est.log and threshold > 0 else math.nan if est.log else threshold
+    gap = abs(est.value - target)
+    if math.isnan(gap) or not est.terms:
         return math.nan
-    if interval.low == interval.high:  # the draws do not spread (every seed alike, or every draw infinite)
-        return 2.0
-    if not math.isfinite(interval.se):
-        return math.nan
+    total = sum(est.terms)
     if gap == 0:
         return math.inf
-    se = interval.se * math.sqrt(n / (n - 1))
-    tail = 1 - (1 - confidence) / 2
-    # t > z: never fewer than the normal quantile's count, and within a few seeds of it once t is near z
-    m = max(2, math.ceil(n * (z_value(confidence) * se / gap) ** 2))
-    while t_quantile(tail, m - 1) * se * math.sqrt(n / m) >= gap:
-        m += 1
-    return float(m)
-
-
-def seeds_needed_for_rates(k1: int, n1: int, k2: int, n2: int, confidence: float, most: int = 50) -> float:
-    """Seeds per run for `rate_difference` to clear 0 on the side of the observed difference, if the observed rates
-    held at every seed count (k = rate x m, rounded): the smallest such m up to `most`; inf if none; NaN without
-    seeds."""
-    if n1 == 0 or n2 == 0:
-        return math.nan
-    r1, r2 = k1 / n1, k2 / n2
-    if r1 == r2:
-        return math.inf
-    for m in range(2, most + 1):
-        if rate_difference_clears_zero(round(r1 * m), m, round(r2 * m), m, confidence):
-            return float(m)
+    if total == 0 or gap > 1e6 * math.sqrt(total):  # no spread (up to float rounding): the fewest with one
+        return 2.0
+    alpha_half = (1 - confidence) / 2
+    start = 2
+    while start <= most:  # in growing blocks: most counts are small, a few are thousands
+        m = np.arange(start, min(4 * start, most + 1), dtype=float)
+        terms = np.asarray(est.terms)
+        df = m - 1 if est.paired else total**2 * (m - 1) / float(np.sum(terms**2))
+        chance = nct.sf(t.ppf(1 - alpha_half, df), df, gap / np.sqrt(total / m))
+        if (chance >= power).any():
+            return float(m[np.argmax(chance >= power)])
+        start = int(m[-1]) + 1
     return math.inf

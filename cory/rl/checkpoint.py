@@ -15,8 +15,10 @@ A checkpoint is written into `it<k>.partial/` and renamed to `it<k>/` once compl
 atomic rename, and older checkpoints are deleted only then, so a kill at any moment leaves a complete checkpoint in
 force. A save that fails (a full disk) removes its partial folder and raises; the one in force stays.
 
-A checkpoint that cannot be read back (a file missing, truncated or garbled: its state.json records every other
-file's size) is a CheckpointError naming the file; the run then starts over (cory.runs.run), it never stops the stage.
+A checkpoint that cannot be read back (a file missing, truncated, or of other content: its state.json records every
+other file's size and sha256, checked before anything is loaded) is a CheckpointError naming the file; the run then
+starts over (cory.runs.run), it never stops the stage. A bit flipped in the weights would otherwise load without an
+error and train on from damaged values, as the run's own result.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
+
+from cory.files import folder_records, mismatch
 
 LATEST = "latest"
 PARTIAL = ".partial"
@@ -52,7 +56,8 @@ def save_checkpoint(directory: str | Path, trainer, extra: dict[str, Any]) -> Pa
     try:
         for agent in trainer.agents:
             _save_lm_weights(agent, partial / f"{agent.name}.safetensors")
-            save_file(agent.value_head.state_dict(), str(partial / f"{agent.name}.value_head.safetensors"))
+            if agent.value_head is not None:  # a critic-free agent has none (train.algorithm)
+                save_file(agent.value_head.state_dict(), str(partial / f"{agent.name}.value_head.safetensors"))
             torch.save(agent.optimizer.state_dict(), partial / f"{agent.name}.optimizer.pt")
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
         torch.save({"torch": torch.get_rng_state(), "cuda": cuda}, partial / "rng.pt")
@@ -62,7 +67,7 @@ def save_checkpoint(directory: str | Path, trainer, extra: dict[str, Any]) -> Pa
             "numpy_rng": _numpy_state(),
             "python_rng": _python_state(),
             "extra": extra,
-            "sizes": {file.name: file.stat().st_size for file in sorted(partial.iterdir())},  # checked on load
+            "files": folder_records(partial),  # each file's size and sha256, checked before a resume
         }
         (partial / STATE).write_text(json.dumps(state))
         shutil.rmtree(target, ignore_errors=True)
@@ -79,9 +84,10 @@ def save_checkpoint(directory: str | Path, trainer, extra: dict[str, Any]) -> Pa
     return target
 
 
-def _state(directory: Path) -> tuple[Path, dict[str, Any]] | None:
-    """(the folder of the checkpoint in force, its state), checked against the sizes it records; None where there
-    is no checkpoint; CheckpointError naming the file that is missing, of another size or not JSON."""
+def _state(directory: Path, contents: bool = True) -> tuple[Path, dict[str, Any]] | None:
+    """(the folder of the checkpoint in force, its state), checked against the sizes and (with `contents`) sha256 it
+    records; None where there is no checkpoint; CheckpointError naming the file that is missing, of another size or
+    content, or not JSON."""
     pointer = directory / LATEST
     if not pointer.is_file():
         return None
@@ -89,21 +95,29 @@ def _state(directory: Path) -> tuple[Path, dict[str, Any]] | None:
     file = source / STATE
     try:
         state = json.loads(file.read_text())
-        sizes = state["sizes"]
+        damaged = (mismatch if contents else _size_mismatch)(source, state["files"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{file}: cannot be read ({type(exc).__name__}: {exc})") from None
-    for name, size in sizes.items():
-        path = source / name
-        actual = path.stat().st_size if path.is_file() else None
-        if actual != size:
-            have = "missing" if actual is None else f"{actual} bytes"
-            raise CheckpointError(f"{path}: {have}, the checkpoint records {size} bytes")
+    if damaged:
+        raise CheckpointError(f"{damaged} (the checkpoint's record)")
     return source, state
 
 
+def _size_mismatch(source: Path, records: dict[str, dict[str, Any]]) -> str | None:
+    """mismatch's check without reading the files: only whether each is there, of its recorded size."""
+    for name, record in sorted(records.items()):
+        path = source / name
+        if not path.is_file():
+            return f"{path}: missing"
+        if path.stat().st_size != record["bytes"]:
+            return f"{path}: {path.stat().st_size} bytes, its record says {record['bytes']}"
+    return None
+
+
 def checkpoint_extra(directory: str | Path) -> dict[str, Any] | None:
-    """The `extra` of the newest checkpoint in `directory` (without loading any weights), or None."""
-    found = _state(Path(directory))
+    """The `extra` of the newest checkpoint in `directory` (without loading or hashing any weights: its files'
+    presence and sizes are checked, their content when the run loads it), or None."""
+    found = _state(Path(directory), contents=False)
     return None if found is None else found[1]["extra"]
 
 
@@ -123,7 +137,8 @@ def load_checkpoint(directory: str | Path, trainer) -> dict[str, Any] | None:
             _load_lm_weights(agent, file)
             agent.refresh_copy()
             file = source / f"{agent.name}.value_head.safetensors"
-            agent.value_head.load_state_dict(load_file(str(file), device=str(device)))
+            if agent.value_head is not None:
+                agent.value_head.load_state_dict(load_file(str(file), device=str(device)))
             file = source / f"{agent.name}.optimizer.pt"
             agent.optimizer.load_state_dict(torch.load(file, map_location=device, weights_only=True))
             file = source / STATE

@@ -1,8 +1,9 @@
 """The trainer's config: one typed tree shared by PPO and CORY.
 
 Every section is a dataclass whose fields carry a one-line docstring (the comment under each field). The same
-`PPOConfig` drives the single-agent baseline and both CORY agents; CORY only adds a `CORYConfig`, so the two can
-never drift apart the way the official scripts did (docs/algorithm.md). `cory.schema.from_dict` builds a section
+`PPOConfig` drives the single-agent baseline and both CORY agents; CORY only adds a `CORYConfig` (GRPO a
+`GRPOConfig`: cory.rl.algorithm_config), so the two can never drift apart the way the official scripts did
+(docs/algorithm.md). `cory.schema.from_dict` builds a section
 from a block of `params.yaml` and names a wrong setting by its dotted path.
 """
 
@@ -12,10 +13,14 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from cory.rl.algorithm_config import IMDB_OBSERVER_TEMPLATE, CORYConfig, GRPOConfig  # the sections CORY and GRPO add
+from cory.rl.speed_config import SpeedConfig  # train.ppo.speed: how the passes run, apart from the algorithm
 from cory.schema import check, section_path
 
 
 KL_ESTIMATORS = ("kl", "abs", "mse", "full")
+ALGORITHMS = ("ppo", "rloo", "grpo")
+"""train.algorithm: PPO with a value head, or one of the critic-free algorithms of cory.rl.critic_free."""
 
 
 @dataclass
@@ -64,59 +69,13 @@ class GenerationConfig:
 
 
 @dataclass
-class SpeedConfig:
-    """How the RL passes run (params `train.ppo.speed`): precision, fused kernels, compilation and batching. They change
-    how fast an iteration runs and its float rounding, not the algorithm; what each bought is in docs/speed.md."""
-
-    mixed_precision: bool = True
-    """On a GPU, run the forward passes (sampling, experience, update) under bf16 autocast; false runs them in fp32
-    with TF32 matmuls. Weights, optimizer and the PPO math stay fp32 either way."""
-    bf16_weights: bool = False
-    """Run the forward and backward passes on a bf16 copy of each agent's LM (and a bf16 reference), without autocast;
-    the fp32 weights stay the optimizer's and the checkpoints' ("master weights"). Full fine-tuning only; needs
-    mixed_precision."""
-    align_head: bool = False
-    """Run the output layer on its weight padded to a multiple of 64 rows (the same logits: cuBLAS's kernels for
-    GPT-2's odd 50,257 rows are slow; cory.rl.kernels.AlignedLMHead)."""
-    fused_gelu: bool = False
-    """Run transformers' written-out tanh GELU ("gelu_new", GPT-2's) as PyTorch's one fused kernel of the same
-    function (cory.rl.kernels.fuse_gelu)."""
-    fused_vocab: bool = False
-    """On a GPU, compile the passes over the vocabulary (the experience's per-token statistics, the update's token
-    log-probabilities) into a few fused kernels (cory.rl.kernels.vocabulary_pass)."""
-    compile: bool | Literal["regional"] = False
-    """torch.compile the experience's and update's forward passes (not sampling: `generation.cache` compiles that):
-    true, the whole forward pass; "regional", each transformer block, one graph every block reuses
-    (cory.rl.kernels.RegionalForward). Full fine-tuning only."""
-    forward_batch_size: int | None = None
-    """Samples per no-grad forward pass when building experience (less memory); null: the whole batch at once."""
-    update_batch_size: int | None = None
-    """Samples per forward/backward pass of the PPO update: several mini-batches of one optimizer step in one pass,
-    each still its own loss (its own masked means, ratio check and statistics), so the step is the same up to float
-    rounding (cory.rl.learner.ppo_update); fewer, larger passes where memory allows. A multiple of
-    ppo.mini_batch_size dividing mini_batch_size x gradient_accumulation_steps; null: one mini-batch per pass."""
-    dequantize_4bit: bool = False
-    """With train.load_in_4bit, also hold the 4-bit base's weights dequantised in bf16 and run every pass on them:
-    the product bitsandbytes computes from the same NF4 weights (up to float rounding), without dequantising every
-    weight at every call; 2 bytes more per quantised weight (13.0 GB for Llama-2-7b; cory.rl.lora)."""
-
-    def __post_init__(self) -> None:
-        path = section_path("train.ppo.speed")
-        for name in ("forward_batch_size", "update_batch_size"):
-            value = getattr(self, name)
-            check(value is None or value > 0, f"{path}.{name}", f"must be > 0 or null, got {value}")
-        check(self.mixed_precision or not self.bf16_weights, f"{path}.bf16_weights",
-              "runs the passes in bf16, which mixed_precision: false turns off; set one of them the other way")
-
-    @property
-    def autocast(self) -> bool:
-        """Whether the passes run under bf16 autocast (on a GPU): mixed precision without bf16 weight copies."""
-        return self.mixed_precision and not self.bf16_weights
-
-
-@dataclass
 class PPOConfig:
-    """The PPO step of trl 0.7.x (`PPOTrainer.step`), docs/algorithm.md; defaults are the paper's IMDB Table 1."""
+    """The PPO step of trl 0.7.x (`PPOTrainer.step`), docs/algorithm.md.
+
+    The defaults are the paper's IMDB Table 1, except three settings that this project measured to keep PPO and CORY
+    from collapsing (profiles/deviations.yaml, docs/results.md): the k1 KL estimator in the reward (`kl_penalty`
+    "kl"), no dropout (`dropout` "none") and no optimizer step on a runaway mini-batch (`ratio_threshold_mode`
+    "skip"). `PPOConfig.paper()` is the paper's step as trl 0.7 runs it."""
 
     learning_rate: float = 1.41e-5
     """Adam learning rate (constant, no schedule)."""
@@ -157,8 +116,9 @@ class PPOConfig:
     whatever the mode (`on_nonfinite`)."""
     max_grad_norm: float | None = None
     """Clip the gradient norm to this value; None disables clipping (the paper's setting)."""
-    kl_penalty: Literal["kl", "abs", "mse", "full"] = "full"
-    """Per-token KL estimator in the reward: kl = log p - log q, abs, mse = 0.5 (log p - log q)^2, full = exact KL."""
+    kl_penalty: Literal["kl", "abs", "mse", "full"] = "kl"
+    """Per-token KL estimator in the reward: kl = log p - log q, abs, mse = 0.5 (log p - log q)^2, full = exact KL
+    (the paper's and trl's; with it every IMDB group of this project collapsed: profiles/deviations.yaml)."""
     init_kl_coef: float = 0.3
     """Initial KL coefficient eta (beta of the controller)."""
     adaptive_kl: bool = True
@@ -180,7 +140,7 @@ class PPOConfig:
     mean * (1 - 1 / sqrt(var + 1e-8)), which GAE carries, discounted by gamma * lam per token, into that response's
     advantages, so they depend on how much longer the batch's longest query + response is. Not offered here (this
     layout pads differently, so it could not match trl's numbers anyway); off in the paper and in trl by default."""
-    dropout: Literal["none", "trl", "update"] = "trl"
+    dropout: Literal["none", "trl", "update"] = "none"
     """Where the policy's and value head's dropout acts (the frozen reference never drops). "trl": as trl 0.7-0.11's
     `PPOTrainer` really runs: the experience forward and the PPO update's forward (`batched_forward_pass`, which calls
     `model.eval()`) have no dropout, so a step is the same at any dropout rate; but `train_minibatch` then calls
@@ -243,10 +203,17 @@ class PPOConfig:
 
         passes = self.speed.update_batch_size
         check(
-            passes is None or (passes % self.mini_batch_size == 0 and self.backward_batch_size % passes == 0),
+            passes is None or (passes % self.mini_batch_size == 0 and self.backward_batch_size % passes == 0)
+            or self.mini_batch_size % passes == 0,
             f"{path}.speed.update_batch_size",
             f"must be a multiple of mini_batch_size = {self.mini_batch_size} that divides mini_batch_size x "
-            f"gradient_accumulation_steps = {self.backward_batch_size}, got {passes}",
+            f"gradient_accumulation_steps = {self.backward_batch_size}, or a divisor of mini_batch_size, got {passes}",
+        )
+        check(
+            not self.split_minibatches or self.gradient_accumulation_steps == 1,
+            f"{path}.speed.update_batch_size",
+            f"below mini_batch_size = {self.mini_batch_size} needs gradient_accumulation_steps 1 (one mini-batch per "
+            f"optimizer step), got {self.gradient_accumulation_steps}",
         )
         check(
             self.batch_size % self.samples_per_query == 0,
@@ -258,6 +225,15 @@ class PPOConfig:
             f"{path}.group_baseline",
             "needs samples_per_query >= 2 (a query's other responses are its baseline)",
         )
+
+    @classmethod
+    def paper(cls, **changes) -> "PPOConfig":
+        """The paper's PPO step as its code (trl 0.7) runs it: Table 1's IMDB settings with the exact KL in the reward
+        ("full"), trl's dropout and ratio-threshold behaviour, and the score scaling of the official CORY script (the
+        `paper` profile's IMDB runs, speed settings aside). `changes` override single settings."""
+        settings = dict(kl_penalty="full", dropout="trl", ratio_threshold_mode="trl", use_score_scaling=True,
+                        use_score_norm=True)
+        return cls(**{**settings, **changes})
 
     @property
     def queries_per_batch(self) -> int:
@@ -278,40 +254,10 @@ class PPOConfig:
         """Samples per forward/backward pass of the update (speed.update_batch_size, else one mini-batch)."""
         return self.speed.update_batch_size or self.mini_batch_size
 
-
-@dataclass
-class CORYConfig:
-    """CORY on top of PPO (paper §3, Algorithm 1). `n_agents: 1` is single-agent PPO through the same trainer."""
-
-    n_agents: Literal[1, 2] = 2
-    """1 = single-agent PPO baseline (only the pioneer exists); 2 = CORY (pioneer + observer)."""
-    role_exchange_period: int = 5
-    """T_REx: roles are exchanged after every T_REx iterations."""
-    role_exchange: bool = True
-    """Ablation switch: False never exchanges roles (the 'w/o REx' ablation)."""
-    knowledge_transfer: bool = True
-    """Ablation switch: False shows the observer only the query (the 'w/o KT' ablation)."""
-    partner_reward_coef: float = 1.0
-    """c in r_self + c * r_partner: 1 is the paper's cooperative sum, c < 0 competitive, 0 independent."""
-    reset_on_exchange: bool = False
-    """Reproduce the official code: reset each agent's optimizer, KL coefficient and score normaliser at every swap."""
-    observer_template: str = 'I can make this sentence "{query}{response}" more positive: {query}'
-    """Knowledge-transfer prompt of the observer; {query} and {response} are the query and the pioneer's answer.
-    Without knowledge transfer the observer gets the pioneer's prompt (`train.prompt_template`)."""
-
-    def __post_init__(self) -> None:
-        path = section_path("train.cory")
-        check(self.n_agents in (1, 2), f"{path}.n_agents", f"must be 1 (PPO) or 2 (CORY), got {self.n_agents}")
-        check(
-            self.role_exchange_period > 0,
-            f"{path}.role_exchange_period",
-            f"T_REx must be a positive number of iterations, got {self.role_exchange_period}",
-        )
-        check(
-            "{query}" in self.observer_template and "{response}" in self.observer_template,
-            f"{path}.observer_template",
-            "must contain both {query} and {response}",
-        )
+    @property
+    def split_minibatches(self) -> bool:
+        """Whether each mini-batch runs in several passes (speed.update_batch_size below mini_batch_size)."""
+        return self.update_pass_size < self.mini_batch_size
 
 
 @dataclass
@@ -322,6 +268,12 @@ class TrainConfig:
     """PPO iterations (one rollout batch each)."""
     seed: int = 0
     """Seeds python, numpy and torch once, at the start (never again at a role exchange: docs/algorithm.md)."""
+    algorithm: Literal["ppo", "rloo", "grpo"] = "ppo"
+    """What each agent's step is, PPO and CORY alike: "ppo" (a value head, GAE, the clipped losses: trl 0.7's step);
+    "rloo" (no value head: each answer's return, its score less beta x its summed KL estimate as PPO's reward has it,
+    less the mean return of the other k - 1 answers to its query); "grpo" (no value head: the score less its group's
+    mean over the group's std, and beta x k3 KL in the loss, train.grpo). k = ppo.samples_per_query, at least 2 for
+    rloo and grpo (docs/algorithm.md)."""
     prompt_template: str = "{query}"
     """How a query becomes the pioneer's (and PPO's) prompt, e.g. the GSM8K one-shot template."""
     combined_reward_eta: float | None = None
@@ -346,9 +298,18 @@ class TrainConfig:
     needs lora_rank, bitsandbytes and a CUDA GPU."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     cory: CORYConfig = field(default_factory=CORYConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
 
     def __post_init__(self) -> None:
         path = section_path("train")
+        check(self.algorithm in ALGORITHMS, f"{path}.algorithm",
+              f"unknown algorithm {self.algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+        if self.algorithm != "ppo":  # a critic-free algorithm's baseline is the other answers to the same query
+            k = self.ppo.samples_per_query
+            check(k >= 2, f"{path}.ppo.samples_per_query", f"{self.algorithm} needs at least 2 answers per query (the "
+                  f"others are each answer's baseline), got {k}")
+            check(not self.ppo.group_baseline, f"{path}.ppo.group_baseline",
+                  f"PPO's option; {self.algorithm} has its own group baseline: set it false")
         check(self.iterations > 0, f"{path}.iterations", f"must be > 0, got {self.iterations}")
         check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
         check(
@@ -367,10 +328,19 @@ class TrainConfig:
               "compiles full fine-tuning only; set it false with train.lora_rank")
         check(not (self.ppo.speed.bf16_weights and self.lora_rank is not None), f"{path}.ppo.speed.bf16_weights",
               "copies full fine-tuning's weights only; set it false with train.lora_rank")
+        check(not (self.ppo.speed.last_hidden and self.lora_rank is not None), f"{path}.ppo.speed.last_hidden",
+              "splits a plain model's body from its output layer; set it false with train.lora_rank")
         check(not self.load_in_4bit or self.lora_rank is not None, f"{path}.load_in_4bit",
               "needs lora_rank: 4-bit weights cannot be fine-tuned, only adapters on them")
         check(not self.ppo.speed.dequantize_4bit or self.load_in_4bit, f"{path}.ppo.speed.dequantize_4bit",
               "dequantises a 4-bit base only; set it false without train.load_in_4bit")
+
+    @classmethod
+    def paper_imdb(cls, **changes) -> "TrainConfig":
+        """The paper's IMDB run (Table 1): `PPOConfig.paper()` and the official code's observer prompt; `changes`
+        override top-level settings (e.g. iterations, or cory=CORYConfig(n_agents=1, ...) for its PPO baseline)."""
+        cory = CORYConfig(observer_template=IMDB_OBSERVER_TEMPLATE)
+        return cls(**{"ppo": PPOConfig.paper(), "cory": cory, **changes})
 
     @property
     def eta(self) -> float:

@@ -97,30 +97,52 @@ def fuse_gelu(lm) -> int:
     return replaced
 
 
-def compiled(fn):
-    """`fn` (a model, or a function of tensors) under torch.compile with dynamic shapes (batch and sequence lengths
-    change every iteration); a model's compiled callable shares its weights."""
-    return torch.compile(fn, dynamic=True)
+def compiled(fn, dynamic: bool = True):
+    """`fn` (a model, or a function of tensors) under torch.compile, with dynamic shapes (batch and sequence lengths
+    change every iteration) or, `dynamic` false, for each shape it meets (ppo.speed.pad_shapes keeps them few); a
+    model's compiled callable shares its weights."""
+    if not dynamic:  # every padded shape and grad mode of every agent's and the reference's passes: room for them all
+        _raise_recompile_limit(64)
+    return torch.compile(fn, dynamic=dynamic)
 
 
-def compiled_forward(lm, mode: bool | str):
-    """The callable of an LM's experience and update forward passes under `ppo.speed.compile`'s `mode`: False, the LM
-    itself; True, the whole forward pass as one graph (`compiled`); "regional", the LM whose transformer blocks run
-    compiled during the call (`RegionalForward`)."""
-    if not mode:
-        return lm
-    return compiled(lm) if mode is True else RegionalForward(lm)
+def _raise_recompile_limit(least: int) -> None:
+    config = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.6
+    setattr(config, limit, max(getattr(config, limit), least))
+
+
+def compiled_forward(lm, cfg: SpeedConfig):
+    """The callable of an LM's experience and update forward passes under `ppo.speed`: the LM itself, or with
+    `last_hidden` its body and output layer apart (`BodyAndHead`); under `compile` true that LM (or body) as one graph
+    (`compiled`), "regional" with its transformer blocks compiled during the call (`RegionalForward`); compiled for
+    dynamic shapes, or for each padded one with `pad_shapes`."""
+    model = lm.base_model if cfg.last_hidden else lm
+    dynamic = cfg.pad_shapes is None
+    if cfg.compile:
+        model = compiled(model, dynamic) if cfg.compile is True else RegionalForward(model, dynamic)
+    return BodyAndHead(model, lm.get_output_embeddings()) if cfg.last_hidden else model
+
+
+class BodyAndHead:
+    """An LM as its body (the transformer, returning the last hidden state: transformers' `base_model`, or a compiled
+    callable of it) and its output layer, called apart (ppo.speed.last_hidden): cory.rl.rollout.forward_response runs
+    the output layer and the value head on the body's last hidden state, as the LM's own forward runs the layer."""
+
+    def __init__(self, body, head):
+        self.body, self.head = body, head
 
 
 class RegionalForward:
-    """An LM's forward pass with each transformer block compiled: one graph that every block reuses (dynamo lifts a
+    """A model's forward pass with each transformer block compiled: one graph that every block reuses (dynamo lifts a
     block's weights to inputs), so a process compiles one block's forward and backward instead of the whole model's,
     and the embedding, final norm and output layer stay eager. The blocks run compiled only inside this call: sampling
-    (and the reference's copy, if any) calls the same blocks eagerly or through a compiled decoding step of its own."""
+    (and the reference's copy, if any) calls the same blocks eagerly or through a compiled decoding step of its own.
+    `model`: a causal LM, or its body (transformers' `base_model`)."""
 
-    def __init__(self, lm):
-        self.lm, self.blocks = lm, transformer_blocks(lm, "ppo.speed.compile")
-        self.calls = [compiled(block._call_impl) for block in self.blocks]
+    def __init__(self, model, dynamic: bool = True):
+        self.lm, self.blocks = model, transformer_blocks(model, "ppo.speed.compile")
+        self.calls = [compiled(block._call_impl, dynamic) for block in self.blocks]
 
     def __call__(self, *args, **kwargs):
         for block, call in zip(self.blocks, self.calls):

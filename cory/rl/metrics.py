@@ -35,8 +35,10 @@ AGENT_METRICS = {
     "training_score": "collective reward r_self + c * r_partner the agent was trained on (c = partner_reward_coef; "
     "PPO: r_self), batch mean, before score scaling",
     "kl_coef": "beta of the agent's KL controller after this iteration's update",
-    "kl_penalty": "mean over the batch of sum_t -beta * KL_estimator_t (the non-score reward of the PPO step)",
-    "policy_loss": "PPO clipped surrogate loss, masked token mean, averaged over mini-batches and epochs",
+    "kl_penalty": "mean over the batch of sum_t -beta * KL_estimator_t (the non-score reward of the PPO step; "
+    "train.algorithm grpo: its loss's k3 term, beta = grpo.kl_coef)",
+    "policy_loss": "PPO clipped surrogate loss, masked token mean, averaged over mini-batches and epochs (train."
+    "algorithm rloo: over each answer's whole-sequence ratio, mean over answers; grpo: without its KL term)",
     "value_loss": "0.5 * clipped squared value error, masked token mean, averaged over mini-batches and epochs",
     "policy_clipfrac": "fraction of response tokens whose ratio was clipped, averaged over mini-batches and epochs",
     "value_clipfrac": "fraction of response tokens whose value was clipped, averaged over mini-batches and epochs",

@@ -19,7 +19,7 @@ import torch
 from cory.rl.config import GenerationConfig
 from cory.rl.decoding import (cache_length, decoder_for, model_positions, position_ids, raise_nonfinite_logits,
                               static_cache)
-from cory.rl.kernels import autocast, autocast_dtype
+from cory.rl.kernels import BodyAndHead, autocast, autocast_dtype
 
 
 @dataclass
@@ -136,7 +136,8 @@ def _encode_chunk(tokenizer, prompts: list[str], device: torch.device, gen: Gene
     """(input ids, attention mask, rows) of one chunk of prompts, left-padded: at the decoder's batch size where
     decoders are kept per shape (padded with copies of the last prompt, `rows` the real ones), and cut to the last
     `room` tokens where a prompt leaves its response too few of the model's positions."""
-    enc = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
+    # left padding whatever the tokenizer's padding_side (GPT-2's is right): every response then starts at column P
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left").to(device)
     input_ids, attention_mask = enc.input_ids, enc.attention_mask
     rows = input_ids.shape[0]
     if batch_size and gen.cache in ("static", "graph") and rows < batch_size:  # the shape the decoder has
@@ -236,11 +237,29 @@ def _pad_cat(tensors: list[torch.Tensor], value: int, left: bool) -> torch.Tenso
     return torch.cat(padded, dim=0)
 
 
+def pad_blocks(rollout: Rollout, multiple: int) -> Rollout:
+    """The rollout with its prompt block padded on the left and its response block on the right to multiples of
+    `multiple` tokens (ppo.speed.pad_shapes), masked: (B, P) -> (B, P'), (B, T) -> (B, T'). The passes over it give
+    every real position what they give on the rollout itself, up to float rounding (the extra keys are masked out, and
+    positions count from each row's first real token); per-token tensors of width T' are 0 wherever the mask is."""
+    P, T = rollout.prompt_ids.shape[1], rollout.response_ids.shape[1]
+    left, right = -P % multiple, -T % multiple
+    if not left and not right:
+        return rollout
+    pad = torch.nn.functional.pad  # token 0 where padded: any id is as good under a zero mask
+    return Rollout(pad(rollout.prompt_ids, (left, 0)), pad(rollout.prompt_mask, (left, 0)),
+                   pad(rollout.response_ids, (0, right)), pad(rollout.response_mask, (0, right)), rollout.prompts,
+                   rollout.responses)
+
+
 def forward_response(lm, rollout: Rollout, value_head=None):
     """One forward pass over prompt + response; per-token outputs for the response block only.
 
     Returns logits (B, T, V) predicting each response token, and values (B, T) from `value_head` on the last hidden
     state at the same positions (the state before each response token, as TRL), or None without a value head.
+    `lm`: a transformers causal LM (or a compiled callable of one), or its body and output layer apart
+    (cory.rl.kernels.BodyAndHead: ppo.speed.last_hidden), which gives the same numbers without transformers' hidden
+    states of every layer.
     """
     T = rollout.response_ids.shape[1]
     attention_mask = rollout.attention_mask
@@ -248,17 +267,16 @@ def forward_response(lm, rollout: Rollout, value_head=None):
     # position P-1+t predicts response token t: the output layer runs on those T positions only (not the last one,
     # sliced off afterwards: that slice's backward wrote a zero-filled copy of the (B, T+1, V) logits every update)
     predicting = torch.arange(L - T - 1, L - 1, device=attention_mask.device)
-    out = lm(
-        input_ids=rollout.input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids(attention_mask),
-        output_hidden_states=value_head is not None,
-        logits_to_keep=predicting,
-        use_cache=False,
-    )
-    logits = out.logits  # (B, T, V)
+    inputs = dict(input_ids=rollout.input_ids, attention_mask=attention_mask,
+                  position_ids=position_ids(attention_mask), use_cache=False)
+    if isinstance(lm, BodyAndHead):
+        # what the LM's own forward does with logits_to_keep (transformers' slice_logits_to_keep), on the body's output
+        hidden = lm.body(**inputs).last_hidden_state
+        logits = lm.head(hidden[:, predicting, :])
+    else:
+        out = lm(**inputs, output_hidden_states=value_head is not None, logits_to_keep=predicting)
+        logits, hidden = out.logits, out.hidden_states[-1] if value_head is not None else None  # (B, T, V), (B, L, H)
     values = None
     if value_head is not None:
-        hidden = out.hidden_states[-1][:, -(T + 1) : -1]
-        values = value_head(hidden).squeeze(-1)
+        values = value_head(hidden[:, -(T + 1) : -1]).squeeze(-1)
     return logits, values

@@ -3,6 +3,13 @@
 `Trainer.step` is one iteration: pioneer generates -> observer prompt -> observer generates -> score both ->
 collective reward -> PPO update of each agent -> maybe exchange roles -> metrics. PPO and CORY share every line of
 it; PPO simply has no observer.
+
+Usage (examples/cory_on_your_model.py runs it on any transformers causal LM):
+
+    trainer = Trainer(cfg, lm, tokenizer, reward)   # cfg: TrainConfig; reward: RewardFn (cory.rl.reward)
+    for it in range(cfg.iterations):
+        metrics = trainer.step(queries_of_the_batch)  # ppo.queries_per_batch distinct queries
+    trainer.save("trained")                         # trained/llm1/ (and llm2/): plain transformers folders
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -21,17 +29,27 @@ from cory.rl.config import TrainConfig
 from cory.rl.kernels import prepare_for_rl
 from cory.rl.learner import Experience, NonFiniteError, make_experience, whole_groups, ppo_update
 from cory.rl.metrics import distinct_n
+from cory.rl.reward import RewardFn, check_scores
 from cory.rl.roles import Roles, collective_reward, exchange_due, observer_prompts
 from cory.rl.rollout import Rollout, generate
-
-RewardFn = Callable[[Sequence[str], Sequence[str], Sequence[str] | None], torch.Tensor]
-"""reward(queries, responses, answers) -> (B,) task scores."""
+from cory.schema import ConfigError
 
 
 class Trainer:
-    """PPO (cfg.cory.n_agents == 1) or CORY (== 2) on one task."""
+    """PPO (cfg.cory.n_agents == 1) or CORY (== 2) on one task.
+
+    cfg: the run's settings (TrainConfig; CORY with knowledge transfer needs the task's cfg.cory.observer_template).
+    lm: a transformers causal LM (GPT-2, Llama, ...), on the device to train on; it becomes LLM1, and CORY's LLM2 and
+    the frozen reference are copies of it (or LoRA adapters on it, with cfg.lora_rank). tokenizer: its tokenizer,
+    with a pad token (prompts are padded on the left whatever its padding_side). reward_fn: the task reward
+    (cory.rl.reward.RewardFn). seed: the response lengths' random stream (default cfg.seed); seed torch yourself for
+    the sampling (torch.manual_seed), as the pipeline does once per run."""
 
     def __init__(self, cfg: TrainConfig, lm, tokenizer, reward_fn: RewardFn, seed: int | None = None):
+        cfg.cory.check_observer_template()
+        if tokenizer.pad_token_id is None:
+            raise ConfigError("tokenizer.pad_token: the tokenizer has none, and the trainer pads a batch's prompts; "
+                              "set tokenizer.pad_token = tokenizer.eos_token (cory.load_tokenizer does)")
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.reward_fn = reward_fn
@@ -58,9 +76,20 @@ class Trainer:
         self.roles.swapped = state["swapped"]
         self.length_rng.bit_generator.state = state["length_rng"]
 
+    def save(self, directory: str | Path) -> list[Path]:
+        """Each agent's weights as a plain transformers folder, directory/llm1 (and llm2 for CORY), with the tokenizer,
+        its value head (value_head.safetensors) and its KL coefficient and score moments (agent_state.json); load one
+        with `AutoModelForCausalLM.from_pretrained` (or cory.load_agent). Returns the folders."""
+        folders = [Path(directory) / agent.name for agent in self.agents]
+        for agent, folder in zip(self.agents, folders):
+            agent.save(folder, self.tokenizer)
+        return folders
+
     def step(self, queries: Sequence[str], answers: Sequence[str] | None = None) -> dict[str, float]:
-        """One iteration of Algorithm 1 on a batch of distinct task queries (ppo.queries_per_batch of them); returns
-        the metrics (see cory.rl.metrics). Each query is answered ppo.samples_per_query times, in consecutive rows."""
+        """One iteration of Algorithm 1 on a batch of distinct task queries (ppo.queries_per_batch of them, and as
+        many answers or None); returns the metrics (see cory.rl.metrics). Each query is answered
+        ppo.samples_per_query times, in consecutive rows."""
+        self._check_batch(queries, answers)
         timer, k = PhaseTimer(self.agents[0].device), self.cfg.ppo.samples_per_query
         queries = [q for q in queries for _ in range(k)]
         answers = None if answers is None else [a for a in answers for _ in range(k)]
@@ -78,6 +107,19 @@ class Trainer:
         metrics["iteration"] = float(self.iteration)
         self.iteration += 1
         return metrics
+
+    def _check_batch(self, queries: Sequence[str], answers: Sequence[str] | None) -> None:
+        """One ValueError line, before any work, where the batch is not what the config asks for."""
+        ppo_cfg = self.cfg.ppo
+        if isinstance(queries, str) or not isinstance(queries, Sequence):
+            raise ValueError(f"Trainer.step: queries must be a list of strings, got a {type(queries).__name__}")
+        if len(queries) != ppo_cfg.queries_per_batch:
+            per_query = f" / ppo.samples_per_query {ppo_cfg.samples_per_query}" if ppo_cfg.samples_per_query > 1 else ""
+            raise ValueError(f"Trainer.step: got {len(queries)} queries, expected ppo.queries_per_batch = "
+                             f"{ppo_cfg.queries_per_batch} (ppo.batch_size {ppo_cfg.batch_size}{per_query})")
+        if answers is not None and len(answers) != len(queries):
+            raise ValueError(f"Trainer.step: got {len(answers)} answers for {len(queries)} queries (one per query, "
+                             "or None)")
 
     def _rollouts(self, queries: list[str]) -> dict[str, Rollout]:
         """Each role's rollout: the pioneer answers the query (Alg. 1 line 5); with knowledge transfer (Eq. 3) the
@@ -160,7 +202,8 @@ class Trainer:
         scores the pioneer's and the observer's texts in one pass instead of one per role."""
         roles = list(rollouts)
         scores = self.reward_fn(queries * len(roles), [text for role in roles for text in rollouts[role].responses],
-                                None if answers is None else answers * len(roles)).float()
+                                None if answers is None else answers * len(roles))
+        scores = check_scores(scores, len(queries) * len(roles)).float()
         return dict(zip(roles, scores.split(len(queries))))
 
     def _finite_samples(self, queries, rollouts: dict[str, Rollout], scores: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -182,17 +225,17 @@ class Trainer:
         return keep
 
     def generate_alone(self, queries: Sequence[str], answers: Sequence[str] | None, iteration: int,
-                       source: str = "a logged sample") -> list[dict]:
+                       source: str = "a logged sample", agent: int = 0) -> list[dict]:
         """LLM1 used alone, with the pioneer prompt and the longest response length, scored by the task reward:
         the before/after generations of the paper's Table 3 (and the probe's, `source` saying which). A score that
         is not finite stops the run naming the iteration, LLM1 and `source` (ppo.on_nonfinite: error), or is None
-        (skip: null in samples.jsonl, left out of the probe's mean)."""
+        (skip: null in samples.jsonl, left out of the probe's mean). `agent` 1: LLM2 alone instead."""
         if not queries:
             return []
-        llm1 = self.agents[0]
+        llm1 = self.agents[agent]
         prompts = [self.cfg.prompt_template.format(query=q) for q in queries]
         rollout = self._generate(llm1, prompts, self.cfg.ppo.generation.response_length[1])
-        scores = [float(s) for s in self.reward_fn(queries, rollout.responses, answers)]
+        scores = [float(s) for s in check_scores(self.reward_fn(queries, rollout.responses, answers), len(queries))]
         bad = [i for i, s in enumerate(scores) if not math.isfinite(s)]
         if bad and self.cfg.ppo.on_nonfinite == "error":
             i = bad[0]
@@ -280,7 +323,12 @@ class PhaseTimer:
         if self.cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
-        yield
-        if self.cuda:
-            torch.cuda.synchronize()
+        try:
+            yield
+            if self.cuda:
+                torch.cuda.synchronize()  # where an asynchronous kernel's error surfaces: within its phase
+        except Exception as exc:
+            if getattr(exc, "phase", None) is None:
+                exc.phase = name  # the innermost phase it failed in, which a failed run's one line names
+            raise
         self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cory.rl.config import CORYConfig, TrainConfig
+from cory.rl.config import TrainConfig
 from cory.schema import ConfigError, check, from_dict, merge, section_path
 
 
@@ -28,21 +28,36 @@ class TaskConfig:
     """Task reward: the sentiment classifier's positive logit, or 0/1 math correctness."""
     reward_model: str | None = None
     """The sentiment classifier (folder or hub name); required for reward: sentiment."""
+    reward_max_length: int = 512
+    """The sentiment classifier reads at most this many of its tokens of each scored text, and never more than its
+    positions. The profile's own classifier (reward_model: reward) reads as many as it was trained on:
+    reward_model.classifier.max_length fills this."""
+    reward_truncation: Literal["head", "tail"] = "head"
+    """Which end of a longer text the classifier reads; reward_model.classifier.truncation fills it for the profile's
+    own classifier."""
     prompt_template: str = TrainConfig.prompt_template
     """The pioneer's (and PPO's) prompt in every run of the task: each run's train.prompt_template. The math task's
     is also the pass@k prompt (evaluation.prompt_template)."""
-    observer_template: str = CORYConfig.observer_template
+    observer_template: str | None = None
     """The observer's prompt with knowledge transfer in every run of the task: each run's
-    train.cory.observer_template."""
+    train.cory.observer_template. Required where a CORY run with knowledge transfer trains on the task."""
     table_queries: list[str] = field(default_factory=list)
     """Fixed queries LLM1 continues alone before and after training (the paper's Table 3); empty: the first
     `train.samples_to_log` RL prompts."""
+    held_out: int = 0
+    """The last `held_out` prompts of the prompt file, never drawn for training: the base model answers them before
+    training and each trained agent alone after it (samples.jsonl rows with "held_out": true; samples.md sets them
+    side by side), and a CORY run's agents answer them in the role each did not play last (the role-swap test:
+    cory.rl.role_swap, role_swap.json). 0: none, and no role-swap test."""
 
     def __post_init__(self) -> None:
         path = section_path("task")
         check(self.reward != "sentiment" or bool(self.reward_model), f"{path}.reward_model", "required for sentiment")
+        check(self.held_out >= 0, f"{path}.held_out", f"must be >= 0, got {self.held_out}")
+        check(self.reward_max_length > 0, f"{path}.reward_max_length", f"must be > 0, got {self.reward_max_length}")
         check("{query}" in self.prompt_template, f"{path}.prompt_template", "must contain {query}")
-        check("{query}" in self.observer_template and "{response}" in self.observer_template,
+        template = self.observer_template
+        check(template is None or ("{query}" in template and "{response}" in template),
               f"{path}.observer_template", "must contain both {query} and {response}")
 
 
@@ -132,9 +147,11 @@ def _written(layer: dict, path: tuple[str, ...]) -> bool:
     return isinstance(layer, dict) and path[-1] in layer
 
 
-def check_layer(layer: dict, where: str, sweep: bool = False, single_agent: bool = False) -> None:
+def check_layer(layer: dict, where: str, sweep: bool = False, single_agent: bool = False,
+                algorithm: str | None = None) -> None:
     """A train block (`train`, a group's or a run's) may not write a setting that the run would not read: one that
-    FILLED or the group's sweep_eta sets per run, or, in a PPO run's own block, a CORY setting."""
+    FILLED or the group's sweep_eta sets per run, in a PPO run's own block a CORY setting, or a GRPO setting in a
+    block whose runs' `algorithm` (given) is another one."""
     filled = dict(FILLED)
     if sweep:
         filled[("ppo", "init_kl_coef")] = "the group's sweep_eta (one run per KL coefficient)"
@@ -144,6 +161,9 @@ def check_layer(layer: dict, where: str, sweep: bool = False, single_agent: bool
     for key in (layer.get("cory") or {}) if single_agent else ():
         if key != "n_agents":
             raise ConfigError(f"{where}.cory.{key}: ignored: this run trains one agent (cory.n_agents 1); remove it")
+    if algorithm not in (None, "grpo") and "grpo" in layer:
+        raise ConfigError(f"{where}.grpo: ignored: train.algorithm is {algorithm} here (grpo's settings apply with "
+                          "algorithm: grpo); remove it")
 
 
 def expand_jobs(
@@ -161,11 +181,15 @@ def expand_jobs(
     check(not extra_seeds, f"experiments.{group}.seeds", f"must be a subset of the top-level seeds {list(seeds)}; "
           f"{extra_seeds} are not among them")
     check_layer(base_train, "train")
-    check_layer(exp.train, f"experiments.{group}.train", sweep)
+    resolved = {name: merge(merge(base_train, exp.train), spec.train) for name, spec in exp.runs.items()}
+    algorithms = {str(raw.get("algorithm", TrainConfig.algorithm)) for raw in resolved.values()}
+    check_layer(exp.train, f"experiments.{group}.train", sweep,
+                algorithm=None if "grpo" in algorithms else ", ".join(sorted(algorithms)))
     specs: dict[str, tuple[RunSpec, dict]] = {}
     for name, spec in exp.runs.items():
-        n_agents = (merge(merge(base_train, exp.train), spec.train).get("cory") or {}).get("n_agents")
-        check_layer(spec.train, f"experiments.{group}.runs.{name}.train", sweep, single_agent=n_agents == 1)
+        n_agents = (resolved[name].get("cory") or {}).get("n_agents")
+        check_layer(spec.train, f"experiments.{group}.runs.{name}.train", sweep, single_agent=n_agents == 1,
+                    algorithm=str(resolved[name].get("algorithm", TrainConfig.algorithm)))
         if exp.sweep_eta:
             for eta in exp.sweep_eta:
                 specs[f"{name}_{eta_name(eta)}"] = (spec, {"ppo": {"init_kl_coef": eta}})
@@ -178,6 +202,7 @@ def expand_jobs(
             raw = merge(raw, {"seed": seed, "prompt_template": task.prompt_template,
                               "cory": {"observer_template": task.observer_template}})
             train = from_dict(TrainConfig, raw, f"experiments.{group}.runs.{name}.train")
+            train.cory.check_observer_template(f"tasks.{exp.task}.observer_template")
             folder = Path(group, name, f"seed{seed}")
             jobs.append(Job(group, name, seed, train, task, spec.model or task.model, str(runs_dir / folder),
                             exp.save_models, str((checkpoints_dir or runs_dir) / folder)))

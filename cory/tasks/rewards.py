@@ -122,6 +122,14 @@ def positive_label_index(id2label: dict[int, str], num_labels: int) -> int:
     return 1
 
 
+def capacity(config, tokenizer) -> int:
+    """How many tokens a classifier can read: its position embeddings' count (n_positions, max_position_embeddings)
+    and its tokenizer's model_max_length, where they are set (a tokenizer without one says 1e30)."""
+    limits = [getattr(config, name, None) for name in ("n_positions", "max_position_embeddings")]
+    limits.append(getattr(tokenizer, "model_max_length", None))
+    return min((int(n) for n in limits if isinstance(n, int) and 0 < n < 10**9), default=10**9)
+
+
 class SentimentReward:
     """The raw positive-class logit (no softmax) of a sequence classifier on the text query + response.
 
@@ -132,6 +140,13 @@ class SentimentReward:
     `batch_size` at a time: 512 takes a CORY iteration's pioneer and observer texts (cory.rl.trainer scores both roles
     in one call) in one pass up to the paper's batch of 256, where each pass of a small classifier is mostly its host
     time.
+
+    A text is cut to `max_length` of the classifier's tokens, and never to more than its positions (`capacity`): the
+    end it keeps is the one it was trained on (`truncation` tail keeps the last tokens). A policy with another
+    tokenizer can write a short response that is long in the classifier's: SmolLM2 has whitespace tokens of up to
+    80 spaces, which GPT-2's tokenizer splits into up to 81 tokens, so 16 of them can exceed a 256-position
+    classifier, whose position embedding would then read past its table (an IndexError on the CPU, a device-side
+    assert in CUDA's gather kernel on a GPU).
     """
 
     def __init__(
@@ -142,6 +157,7 @@ class SentimentReward:
         batch_size: int = 512,
         max_length: int = 512,
         positive_index: int | None = None,
+        truncation: str = "head",
     ) -> None:
         from transformers import AutoModelForSequenceClassification
 
@@ -150,11 +166,14 @@ class SentimentReward:
 
         if batch_size <= 0 or max_length <= 0:
             raise ValueError(f"batch_size and max_length must be > 0, got {batch_size} and {max_length}")
+        if truncation not in ("head", "tail"):
+            raise ValueError(f"truncation must be 'head' or 'tail', got {truncation!r}")
         self.model = load_pretrained(
             AutoModelForSequenceClassification.from_pretrained, model_name_or_path, "sentiment classifier"
         )
         self.tokenizer = load_pretrained(load_tokenizer, tokenizer_name_or_path or model_name_or_path, "tokenizer")
         self.tokenizer.padding_side = "right"  # our own copy: load_tokenizer pads left, for generation
+        self.tokenizer.truncation_side = "left" if truncation == "tail" else "right"
         if self.model.config.pad_token_id is None:
             # GPT-2-style classifiers find each text's last token through the pad id
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
@@ -166,7 +185,7 @@ class SentimentReward:
         self.positive_index = positive_index
         self.device = device
         self.batch_size = batch_size
-        self.max_length = max_length
+        self.max_length = min(max_length, capacity(self.model.config, self.tokenizer))
         self.model.to(device).eval()
 
     def __call__(self, queries: list[str], responses: list[str], answers: list[str] | None = None) -> torch.Tensor:

@@ -9,7 +9,8 @@ under the same vocabulary (the base_models stage's imdb_small worker pretrains o
 trains on).
 
 `corpus_vocabulary` cuts GPT-2's BPE down to the tokens a corpus uses (a model trained from scratch on a narrow
-corpus, such as the generated math problems, then carries an output layer of ~2,000 rows instead of 50,257).
+corpus, such as the generated math problems, then carries an output layer of ~2,000 rows instead of 50,257);
+`scratch_tokenizer` is the choice between the two that a base model's `tokenizer` setting makes.
 """
 
 from __future__ import annotations
@@ -141,3 +142,10 @@ def corpus_vocabulary(texts: Iterable[str]) -> PreTrainedTokenizerBase:
     kept = sorted(keep, key=vocab.__getitem__)
     merges_txt = "".join(f"{a} {b}\n" for a, b in merges if a + b in keep)
     return _gpt2_bpe(json.dumps({t: i for i, t in enumerate(kept)}), "#version: 0.2\n" + merges_txt)
+
+
+def scratch_tokenizer(cfg, texts: list[str]) -> PreTrainedTokenizerBase:
+    """The tokenizer of a base model trained from scratch on `texts`, as its settings `cfg` (`base_models.<name>`)
+    name it in `cfg.tokenizer`: a tokenizer's name or folder, or CORPUS_VOCABULARY, GPT-2's cut down to the tokens
+    of `texts`."""
+    return corpus_vocabulary(texts) if cfg.tokenizer == CORPUS_VOCABULARY else load_tokenizer(cfg.tokenizer)

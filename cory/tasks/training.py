@@ -1,11 +1,17 @@
 """The optimisation pieces that pretraining, the reward classifier and the benchmarks share: CUDA setup, AdamW with
-GPT-2's weight-decay groups, warmup then cosine decay, the optimizer step, and a device sync."""
+GPT-2's weight-decay groups, warmup then cosine decay, the optimizer step, and a device sync; and the record every
+trained model's folder keeps (`write_record`)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import torch
+
+from cory.files import folder_records, write_json
+from cory.tracking.tags import provenance
 
 
 def is_cuda(device: str) -> bool:
@@ -53,3 +59,17 @@ def optimizer_step(model, optimizer, schedule, grad_clip: float | None) -> None:
 def sync(device: str) -> None:
     if is_cuda(device):
         torch.cuda.synchronize()
+
+
+def write_record(path: Path, fields: dict[str, Any], device: str, fingerprint: str | None) -> dict[str, Any]:
+    """Write a trained model's record to `path`, a file in the model's folder, and return it: `fields` (what was
+    trained: its source, settings, loss history), where and with what (provenance), the `fingerprint` of what it was
+    made from, and every other file of the folder as written (what a rerun checks before it keeps the model)."""
+    record = {
+        **fields,
+        **provenance(device),
+        "fingerprint": fingerprint,
+        "files": folder_records(path.parent, leave_out=(path.name,)),
+    }
+    write_json(path, record)
+    return record

@@ -31,7 +31,9 @@ MLflow mirrors DVC, which keeps one output per run and replaces it when the run 
 For comparing runs in the UI, a training run is named "<group>/<run>/seed<k>"; its params are its resolved train
 config flattened (`ppo.learning_rate`, `cory.n_agents`, `seed`, ...) plus what it is a run of, `group`, `run`, `task`
 and `model` (run_identity: PPO-2x differs from PPO by its model alone); its generations are the table artifact
-`samples.json` (one row per generation: iteration, phase, agent, role, query, response, score, prompt). The report
+`samples.json` (one row per generation: iteration, phase, agent, role, query, response, score, prompt), LLM1's before
+training, then each logged iteration's as it ends (runtime.log_every), then LLM1's after training: the Artifacts tab
+shows it beside the run's metrics, the runs page's "Artifact evaluation" view across runs. The report
 stage ends with one parent run per `dvc repro` (cory.report.pipeline_run): the headline numbers as metrics and as its
 description, each claim's verdict, reports/<profile>/ as artifacts, and the runs the report is made of nested under it.
 

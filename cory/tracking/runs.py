@@ -18,7 +18,8 @@ from cory.tracking.tags import flatten, git_commit, main_module, run_tags
 
 
 SAMPLES_TABLE = "samples.json"
-"""A training run's generations as an MLflow table artifact (samples_table), shown by the UI's artifact viewer."""
+"""A training run's generations as an MLflow table artifact (samples_table): the run's Artifacts tab shows it, and
+the runs page's "Artifact evaluation" view sets it side by side across runs."""
 
 
 def samples_table(rows: list[dict[str, Any]], iterations: int) -> dict[str, list]:
@@ -42,9 +43,11 @@ def samples_table(rows: list[dict[str, Any]], iterations: int) -> dict[str, list
     return table
 
 
-def log_samples_table(client, run_id: str, path: Path, iterations: int) -> None:
-    rows = read_jsonl(path)
-    client.log_table(run_id, samples_table(rows, iterations), SAMPLES_TABLE)
+def log_samples_table(client, run_id: str, samples: Path | list[dict[str, Any]], iterations: int) -> None:
+    """Add `samples` (samples.jsonl's rows, or the file) to the run's table; MLflow appends to a table it has."""
+    rows = read_jsonl(samples) if isinstance(samples, (str, Path)) else samples
+    if rows:
+        client.log_table(run_id, samples_table(rows, iterations), SAMPLES_TABLE)
 
 
 class Tracker:
@@ -108,9 +111,11 @@ class Tracker:
     def log_artifacts(self, folder: str | Path, artifact_path: str | None = None) -> None:
         self._call("log_artifacts", lambda: self._client.log_artifacts(self.run_id, str(folder), artifact_path))
 
-    def log_samples(self, path: str | Path, iterations: int) -> None:
-        """Log a run's samples.jsonl as the table SAMPLES_TABLE (see samples_table)."""
-        self._call("log_samples", lambda: log_samples_table(self._client, self.run_id, Path(path), iterations))
+    def log_samples(self, samples: str | Path | list[dict[str, Any]], iterations: int) -> None:
+        """Add generations to the run's table SAMPLES_TABLE (see samples_table): rows as samples.jsonl holds them
+        (a training run sends each logged iteration's as it ends), or such a file."""
+        samples = Path(samples) if isinstance(samples, str) else samples
+        self._call("log_samples", lambda: log_samples_table(self._client, self.run_id, samples, iterations))
 
     def log_dict(self, dictionary: dict[str, Any], artifact_file: str) -> None:
         self._call("log_dict", lambda: self._client.log_dict(self.run_id, dictionary, artifact_file))

@@ -1,0 +1,1 @@
+"""Short training studies behind the profiles' settings: the calibration runs, variant runs and the diagnostics."""
