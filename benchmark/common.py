@@ -78,32 +78,6 @@ def profile_params(name: str, folder: Path) -> Path:
     return path
 
 
-def set_dotted(tree: dict[str, Any], item: str) -> dict[str, Any]:
-    """Put one dotted KEY=VALUE setting (the value read as YAML, so it may hold commas: [4, 8]) into `tree`."""
-    key, _, value = item.partition("=")
-    node = tree
-    *parents, leaf = key.strip().split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = yaml.safe_load(value)
-    return tree
-
-
-def dotted_settings(items) -> dict[str, Any]:
-    """Dotted KEY=VALUE settings, one per item (a value read as YAML, so it may hold commas: [4, 8]), as the nested
-    dict that cory.schema.merge takes (the benchmarks' repeated --set / --speed)."""
-    tree: dict[str, Any] = {}
-    for item in items:
-        set_dotted(tree, item)
-    return tree
-
-
-def dotted_overrides(spec: str) -> dict[str, Any]:
-    """'ppo.speed.mixed_precision=false,ppo.lam=1' -> {'ppo': {'speed': {'mixed_precision': False}, 'lam': 1}}: comma-separated
-    dotted KEY=VALUE settings (values read as YAML) as the nested dict that cory.schema.merge takes."""
-    return dotted_settings(filter(None, spec.split(",")))
-
-
 def first_seed_job(params, group: str, run: str):
     """The job of `group`/`run` at seed 0 where the run has it, else at its first seed; None if the params have no
     such run (`params`: pipeline.params.Params)."""

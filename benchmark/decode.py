@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmark.common import dotted_settings, first_seed_job, with_settings
+    from benchmark.common import first_seed_job, with_settings
     from cory.rl import decoding, kernels, rollout
+    from cory.schema import dotted_tree
     from pipeline.params import load_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a train setting over the run's own, e.g. ppo.generation.cache_length=1024")
     args = parser.parse_args(argv)
-    overrides = dotted_settings(args.set)
+    overrides = dotted_tree(args.set)
     params = load_params()  # params.yaml, or $CORY_PARAMS
     job = first_seed_job(params, args.group, args.run)
     if job is None:

@@ -42,7 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark.common import QUERY_WORDS, dotted_settings, queries_of
+from benchmark.common import QUERY_WORDS, queries_of
+from cory.schema import dotted_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {
@@ -289,7 +290,7 @@ def main(argv: list[str]) -> int:
         write_model(Path(tmp) / "model", SHAPES[args.shape], args.seed)
         spec = {"shape": SHAPES[args.shape], "prompts": args.prompts, "answers": args.answers,
                 "new_tokens": args.new_tokens, "epochs": args.epochs, "beta": args.beta, "warmup": args.warmup,
-                "iterations": args.iterations, "profile": args.profile, "speed": dotted_settings(args.speed),
+                "iterations": args.iterations, "profile": args.profile, "speed": dotted_tree(args.speed),
                 "cache": args.cache, "seed": args.seed, "tokenizer": str(Path(tmp) / "tokenizer"),
                 "model": str(Path(tmp) / "model"),
                 # one batch of distinct prompts per iteration, the same on both sides

@@ -31,7 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark.common import CompileCount, dotted_settings, profile_iteration, queries_of, with_settings
+from benchmark.common import CompileCount, profile_iteration, queries_of, with_settings
+from cory.schema import dotted_tree
 from cory.tasks.config import GGUF
 
 
@@ -253,7 +254,7 @@ def main(argv: list[str]) -> None:
               f"run of the same shape), {len(missing)} not measured; {projected(result['projection'])}; "
               f"wrote {out}")
         return
-    overrides = dotted_settings(args.set)
+    overrides = dotted_tree(args.set)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     runs: dict[str, dict] = {}
     chosen = plan(params, args.only)

@@ -38,10 +38,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from benchmark.common import (RANDOM_MODELS, CompileCount, dotted_overrides, first_seed_job, queries_of,
+from benchmark.common import (RANDOM_MODELS, CompileCount, first_seed_job, queries_of,
                               random_llama, with_settings, word_tokenizer)
 from benchmark.phases import (PHASES, Phases, held_memory, iteration_flops, matmul_weights, profile_cpu_kernels,
                               profile_phases)
+from cory.schema import dotted_tree
 
 
 def build(group: str, run: str, work: Path, variant: str = ""):
@@ -63,7 +64,7 @@ def build(group: str, run: str, work: Path, variant: str = ""):
     if job is None:
         raise ValueError(f"the params have no run {group}/{run}")
     task = job.task
-    train = with_settings(job.train, dotted_overrides(variant))  # over the group's own settings too
+    train = with_settings(job.train, dotted_tree(variant.split(",")))  # over the group's own settings too
     base = params.base_models[job.model]
     if base.source == SCRATCH:
         texts = []

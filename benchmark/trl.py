@@ -43,7 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark.common import SMOLLM2, CompileCount, dotted_settings, llama_matmul_params, queries_of
+from benchmark.common import SMOLLM2, CompileCount, llama_matmul_params, queries_of
+from cory.schema import dotted_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 50257  # GPT-2's
@@ -342,7 +343,7 @@ def main(argv: list[str]) -> int:
                             args.heads or SHAPES[args.shape][2])
     name = args.shape if (layers, width, heads) == SHAPES[args.shape] else f"L{layers}_d{width}_h{heads}"
     out = args.out or ROOT / f"reports/paper/bench/trl_{name}.json"
-    speed = dotted_settings(args.speed)
+    speed = dotted_tree(args.speed)
     spec = {"layers": layers, "width": width, "heads": heads, "llama": llama, "batch": args.batch,
             "mini_batch": args.mini_batch, "epochs": args.epochs, "new_tokens": args.new_tokens, "warmup": args.warmup,
             "iterations": args.iterations, "profile": args.profile, "speed": speed, "seed": args.seed,

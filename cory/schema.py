@@ -17,7 +17,9 @@ import json
 import math
 import types
 import typing
-from typing import Any, Callable, Literal, TypeVar, get_args, get_origin
+from typing import Any, Callable, Iterable, Literal, TypeVar, get_args, get_origin
+
+import yaml
 
 
 T = TypeVar("T")
@@ -148,6 +150,21 @@ def dotted_leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def dotted_tree(items: Iterable[str]) -> dict[str, Any]:
+    """["ppo.lam=1", "ppo.speed.compile=false"] -> {"ppo": {"lam": 1, "speed": {"compile": False}}}: dotted
+    KEY=VALUE settings as the nested mapping `merge` takes, the inverse of `dotted_leaves`. Each value is read as YAML,
+    so it may hold commas ("ppo.generation.response_length=[4, 8]"); empty items are skipped."""
+    tree: dict[str, Any] = {}
+    for item in filter(None, items):
+        key, _, value = item.partition("=")
+        *parents, leaf = key.strip().split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return tree
 
 
 def merge(base: dict[str, Any], override: dict[str, Any] | None,

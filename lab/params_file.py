@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from cory.schema import dotted_tree
 from pipeline.params import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,12 +25,4 @@ def written_params() -> dict[str, Any]:
 def dotted(spec: str) -> dict[str, Any]:
     """'ppo.lam=1,ppo.speed.compile=false' -> {'ppo': {'lam': 1, 'speed': {'compile': False}}}: comma-separated
     dotted KEY=VALUE settings, each value read as YAML, as the nested dict that cory.schema.merge takes."""
-    tree: dict[str, Any] = {}
-    for item in filter(None, spec.split(",")):
-        key, _, value = item.partition("=")
-        *parents, leaf = key.strip().split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
-    return tree
+    return dotted_tree(spec.split(","))

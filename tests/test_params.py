@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from cory.rl.config import CORYConfig, PPOConfig, TrainConfig
-from cory.schema import ConfigError, from_dict
+from cory.schema import ConfigError, dotted_leaves, dotted_tree, from_dict
 from pipeline.params import load_params
 from pipeline.paths import ROOT
 from pipeline.params import validate
@@ -308,3 +308,13 @@ def test_a_second_imdb_group_and_an_untested_profile_are_valid(default):
     assert ReportConfig().min_seeds == validate(default).report.min_seeds == 3
 
 
+
+
+def test_dotted_settings_nest_into_the_tree_their_leaves_came_from():
+    settings = ["ppo.lam=1", "ppo.speed.compile=regional", "", "ppo.generation.response_length=[4, 16]",
+                "cory.observer_template='Better: {query}'"]
+    tree = dotted_tree(settings)
+    assert tree == {"ppo": {"lam": 1, "speed": {"compile": "regional"}, "generation": {"response_length": [4, 16]}},
+                    "cory": {"observer_template": "Better: {query}"}}
+    assert dotted_tree(f"{key}={yaml.safe_dump(value, default_flow_style=True).strip()}"
+                       for key, value in dotted_leaves(tree).items()) == tree
