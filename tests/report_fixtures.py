@@ -29,10 +29,12 @@ def _rise(t, top, tau):
     return top * (1 - np.exp(-t / tau))
 
 
-def _write_run(run_dir, identities, iterations, seed, coef=1.0, swap_every=None, eta=0.3, leak=False, held_out=0):
+def _write_run(run_dir, identities, iterations, seed, coef=1.0, swap_every=None, eta=0.3, leak=False, held_out=0,
+               model="imdb_small"):
     """identities: {"llm1": (task_reward curve, kl curve), ...}; LLM1 starts as pioneer, roles swap every swap_every;
     `leak`: the last iteration's answers carry a chat-template token; `held_out`: so many held-out queries answered
-    by LLM1 before training and by each identity after (as cory.runs.run logs them)."""
+    by LLM1 before training and by each identity after (as cory.runs.run logs them); `model`: the base model its
+    provenance.json names."""
     writer = MetricsWriter(run_dir)
     roles = ["llm1", "llm2"]
     samples = []
@@ -72,6 +74,8 @@ def _write_run(run_dir, identities, iterations, seed, coef=1.0, swap_every=None,
     config = {"iterations": iterations, "seed": seed, "ppo": {"init_kl_coef": eta, "learning_rate": 1.41e-5},
               "cory": {"n_agents": len(identities), "partner_reward_coef": coef}}
     (run_dir / "config.json").write_text(json.dumps(config))
+    provenance = {"run": str(run_dir), "model": f"outputs/fixture/models/{model}"}
+    (run_dir / "provenance.json").write_text(json.dumps(provenance))
 
 
 SWEEP_ETAS = (0.01, 0.1, 0.3)
@@ -175,8 +179,10 @@ def write_fixture(outputs, seeds=(0, 1, 2), iterations=30, cory_kl=5.0, skip=(),
         for name, (identities, options) in runs.items():
             if name in skip or name.split("/")[0] in skip:
                 continue
+            model = ("imdb_large" if name == "imdb/ppo_2x" else "smollm2" if name.startswith("imdb_smollm2")
+                     else "math" if name.startswith(("math", "pareto_math")) else "imdb_small")
             _write_run(outputs / "runs" / name / f"seed{seed}", identities, iterations, seed, leak=name in leak,
-                       held_out=held_out if name.startswith("imdb") else 0, **options)
+                       held_out=held_out if name.startswith("imdb") else 0, model=model, **options)
     ks = ["1", "2", "4"]
 
     def passk(values, model_seeds):
@@ -188,8 +194,10 @@ def write_fixture(outputs, seeds=(0, 1, 2), iterations=30, cory_kl=5.0, skip=(),
         "base": passk([0.10, 0.15, 0.20], ["none"]), "ppo": passk([0.12, 0.18, 0.25], seeds),
         "cory_llm1": passk([0.18, 0.25, 0.33], seeds), "cory_llm2": passk([0.17, 0.24, 0.32], seeds)})
     write(outputs / "metrics" / "base_models" / "imdb_small.json",
-          {"params": 29_000_000, "val_perplexity": 95.2, "peak_gpu_gib": 31.25})
-    write(outputs / "metrics" / "base_models" / "imdb_large.json", {"params": 58_000_000, "param_ratio": 2.0})
+          {"params": 29_000_000, "epochs": 12.0, "val_perplexity": 95.2, "peak_gpu_gib": 31.25})
+    write(outputs / "metrics" / "base_models" / "imdb_large.json",
+          {"params": 58_000_000, "epochs": 8.0, "param_ratio": 2.0})
+    write(outputs / "metrics" / "base_models" / "smollm2.json", {"params": 134_515_008, "convert_seconds": 30.5})
     write(outputs / "metrics" / "reward_model.json", {"accuracy": 0.91, "accuracy_prefix16": 0.7, "params": 29_000_000})
     write(outputs / "samples" / "base_models" / "imdb_small.json",
           [{"prompt": "This is one of Jackies", "continuation": " best"}])
@@ -210,10 +218,12 @@ def claims_by_key(outputs, seeds=None, experiments=None, **cfg):
     return {c.key: c for c in build_claims(inputs, ReportConfig(**cfg))}
 
 
-def copy_imdb_group(outputs, group, runs):
-    """A second IMDB group in a fixture tree: copies of the `imdb` group's `runs`."""
+def copy_imdb_group(outputs, group, runs, model="smollm2"):
+    """A second IMDB group in a fixture tree: copies of the `imdb` group's `runs`, started from `model`."""
     for name in runs:
         shutil.copytree(outputs / "runs" / "imdb" / name, outputs / "runs" / group / name)
+        for provenance in (outputs / "runs" / group / name).glob("seed*/provenance.json"):
+            provenance.write_text(json.dumps({"model": f"outputs/fixture/models/{model}"}))
 
 
 def decided_by_its_intervals(claim: Claim) -> bool:

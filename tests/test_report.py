@@ -169,7 +169,8 @@ def test_report_on_fixture_writes_every_figure_and_holds_every_constructed_claim
     report = (reports / "REPORT.md").read_text()
     lines = report.splitlines()
     assert lines[0] == "# CORY reproduction report (profile `fixture`)"
-    assert lines[2].startswith("- **Does CORY beat PPO on the pretrained LM (SmolLM2-135M, group `imdb_smollm2`)?** "
+    assert lines[2].startswith("- **Does CORY beat PPO on the pretrained LM, smollm2 (135M, pretrained) in group "
+                               "`imdb_smollm2`?** "
                                "Yes (held)")
     answer = lines[2:lines.index("", 2)]
     assert 5 <= len(answer) <= 8 and answer[-1].startswith(f"- Verdicts of the {len(claims)} claims: "

@@ -89,8 +89,8 @@ def test_each_imdb_group_gets_its_own_claims(tmp_path):
     copy_imdb_group(tmp_path, "imdb_smollm2", runs)
     claims = claims_by_key(tmp_path, experiments={"extra_imdb": {"imdb_smollm2": runs}},
                            imdb_groups=("imdb", "imdb_smollm2"))
-    assert claims["imdb_smollm2/imdb_kl_ratio"].paper.startswith("SmolLM2-135M: PPO's final KL")
-    assert claims["imdb_kl_ratio"].paper.startswith("imdb_small (30M, from scratch): PPO's final KL")
+    assert claims["imdb_smollm2/imdb_kl_ratio"].paper.startswith("smollm2 (135M, pretrained): PPO's final KL")
+    assert claims["imdb_kl_ratio"].paper.startswith("imdb_small (29M, from scratch): PPO's final KL")
     assert [(r.interval, r.verdict) for r in claims["imdb_smollm2/imdb_kl_ratio"].results] == [
         (r.interval, r.verdict) for r in claims["imdb_kl_ratio"].results]  # the same runs
     assert claims["imdb_smollm2/imdb_kl_ratio"].figure == "fig3_imdb_smollm2.png"  # its own Fig. 3
@@ -111,7 +111,7 @@ def test_each_imdb_group_gets_its_own_claims(tmp_path):
 
     inputs = load_fixture(tmp_path, None, ("imdb", "imdb_smollm2"), extra_imdb={"imdb_smollm2": runs})
     figures = draw_figures(inputs, ReportConfig(imdb_groups=("imdb", "imdb_smollm2")))
-    assert "fig3_imdb_smollm2" in figures and "SmolLM2-135M" in figures["fig3_imdb_smollm2"].caption
+    assert "fig3_imdb_smollm2" in figures and "smollm2 (135M, pretrained)" in figures["fig3_imdb_smollm2"].caption
     assert "fig6_ablations_imdb_smollm2" in figures and "fig_coop_vs_comp_imdb_smollm2" not in figures
 
 
@@ -267,7 +267,8 @@ def test_the_first_screen_answers_from_the_claims_and_the_run_files(tmp_path):
     assert answer[0] == ("- **Does CORY beat PPO on a pretrained LM?** Not tested in this profile: report.mechanism "
                          "names no experiment (PPO at several KL coefficients, CORY, CORY without knowledge transfer).")
     kl = next(c for c in claims if c.key == "imdb_smollm2/imdb_kl_ratio").results
-    assert answer[1] == (f"- KL (SmolLM2-135M, final): PPO / CORY-LLM1 (as pioneer) {kl[0].interval.estimate:.4g} "
+    assert answer[1] == (f"- KL on smollm2 (135M, pretrained), final: PPO / CORY-LLM1 (as pioneer) "
+                         f"{kl[0].interval.estimate:.4g} "
                          f"[{kl[0].interval.low:.4g}, {kl[0].interval.high:.4g}] (CORY-LLM1's final KL is lower than "
                          f"PPO's: {kl[0].verdict}; PPO's final KL is more than 2x CORY-LLM1's: {kl[1].verdict}); PPO / "
                          f"CORY-LLM2 (as pioneer) {kl[2].interval.estimate:.4g} [{kl[2].interval.low:.4g}, "
@@ -281,13 +282,14 @@ def test_the_first_screen_answers_from_the_claims_and_the_run_files(tmp_path):
     assert answer[4] == (f"- Verdicts of the {len(claims)} claims: {tally[HELD]} held, {tally[INCONCLUSIVE]} "
                          f"inconclusive, {tally[NOT_TESTED]} not tested (in this profile).") and not tally[NOT_HELD]
     text = "\n".join(lines)
-    assert "| `imdb_smollm2` | SmolLM2-135M | ppo, cory | 3 ([0, 1, 2]) | 30 | 13 |" in text  # runs, seeds, time
-    assert "- `math` (math): a sanity check of the verifiable reward" in text
+    # runs, seeds, time
+    assert "| `imdb_smollm2` | smollm2 (135M, pretrained) | ppo, cory | 3 ([0, 1, 2]) | 30 | 13 |" in text
+    assert "- `math`: a sanity check of the verifiable reward" in text
     assert "Its PPO ends at a final KL of 12 (mean over seeds). pass@k is judged for k <= 5" in text
     # at KL 1, as the default profile's math model ends, the report says what that regime cannot show
     low = write_report(outputs, reports, ReportConfig(imdb_groups=cfg.imdb_groups, calibration_kl=20.0), experiments,
                        None, "fixture")
     assert low and "final KL of 12 (mean over seeds), below report.calibration_kl (20), where PPO does not collapse" \
         in (reports / "REPORT.md").read_text()
-    assert "- `imdb` (imdb_small (30M, from scratch)): a sanity check of the pipeline." in text
+    assert "- `imdb`, imdb_small (29M, from scratch): a sanity check of the pipeline." in text
     assert "Device: not recorded (the runs' provenance.json)." in text

@@ -31,7 +31,8 @@ from cory.report.claims import (
     Context, ablation_claims, cooperation_claims, group_context, imdb_claims, math_claims, pareto_claim,
 )
 from cory.report.claims_text import needed_text, summary_json
-from cory.report.results import SWEEP_RUNS, Sweep, expected_runs, load_run
+from cory.files import read_json
+from cory.report.results import SWEEP_RUNS, Sweep, expected_runs, group_model, load_run
 from cory.runs.config import eta_name
 
 
@@ -45,6 +46,7 @@ def score(outputs: Path, groups: list[str], experiments: dict, seeds: list[int],
     """The claims of `groups` (names of `experiments`, params' experiment groups) on <outputs>/runs/, with the report
     settings `cfg`; `seeds`: the top-level seeds (a group's own seeds win)."""
     runs_dir = outputs / "runs"
+    base_models = {path.stem: read_json(path) for path in sorted((outputs / "metrics" / "base_models").glob("*.json"))}
     claims = []
     for group in groups:
         exp = experiments[group]
@@ -69,7 +71,8 @@ def score(outputs: Path, groups: list[str], experiments: dict, seeds: list[int],
         if exp.task == "math":
             claims += math_claims(runs, Context(cfg))
             continue
-        ctx = group_context(group, replace(cfg, imdb_groups=tuple(dict.fromkeys(("imdb", group)))))
+        ctx = group_context(group, replace(cfg, imdb_groups=tuple(dict.fromkeys(("imdb", group)))),
+                            group_model(group, runs, base_models))
         claims += imdb_claims(runs, ctx) + ablation_claims(runs, ctx) + cooperation_claims(runs, ctx)
     return claims
 

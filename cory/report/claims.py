@@ -27,7 +27,7 @@ from cory.report.curves import (NOISE_QUANTILE, curve_gap, final_value, late_slo
                                 reach_iteration, smooth, start_value)
 from cory.report.mechanism import frontier_claim, mechanism_claim, reward_at_kl
 from cory.report.paper import PAPER_VALUES
-from cory.report.quantities import (COMBINED, ETA_SOURCE, GROUP_MODELS, LLMS, Context, Table, combined_eta,
+from cory.report.quantities import (COMBINED, ETA_SOURCE, LLMS, Context, Table, combined_eta,
                                     difference, eta_text, figure_of, final, final_as_pioneer, group_context, mean_of,
                                     partner_coef)
 from cory.report.results import SWEEP_TASKS, Inputs
@@ -37,7 +37,7 @@ from cory.report.verdicts import Claim, Effect, PaperValue, PerSeed, Rate, RateD
 if TYPE_CHECKING:
     from cory.report.config import ReportConfig
 
-__all__ = ["COMBINED", "ETA_SOURCE", "GROUP_MODELS", "HELD", "INCONCLUSIVE", "LLMS", "NOISE_QUANTILE", "NOT_HELD",
+__all__ = ["COMBINED", "ETA_SOURCE", "HELD", "INCONCLUSIVE", "LLMS", "NOISE_QUANTILE", "NOT_HELD",
            "NOT_MEASURABLE", "NOT_TESTED", "PAPER_VALUES", "PARETO_TASKS", "Claim", "Context", "Effect", "PaperValue",
            "PerSeed", "Rate", "RateDifference", "Similar", "Table", "Test", "ablation_claims", "build_claims",
            "collapse_claim", "combined_eta", "combined_fall_claim", "cooperation_claims", "curve_gap", "difference",
@@ -50,7 +50,7 @@ __all__ = ["COMBINED", "ETA_SOURCE", "GROUP_MODELS", "HELD", "INCONCLUSIVE", "LL
 def build_claims(inputs: Inputs, cfg: ReportConfig) -> list[Claim]:
     """The headline (report.mechanism's rule), then every claim of CORY.md §4 that the pipeline reproduces, in the
     paper's order; the IMDB ones for each group of report.imdb_groups."""
-    groups = {group: group_context(group, cfg) for group in cfg.imdb_groups}
+    groups = {group: group_context(group, cfg, inputs.model_of(group)) for group in cfg.imdb_groups}
     return [mechanism_claim(inputs.runs, cfg, Context(cfg)),
             *(c for g, ctx in groups.items() for c in imdb_claims(inputs.runs[g], ctx)),
             *math_claims(inputs.runs["math"], Context(cfg)),

@@ -19,7 +19,7 @@ import numpy as np
 
 from cory.files import read_json
 from cory.report.curves import final_value
-from cory.report.quantities import GROUP_MODELS, Context, Table, group_context, mean_of
+from cory.report.quantities import Context, Table, group_context, mean_of
 from cory.report.results import Inputs, Run
 from cory.report.verdicts import Claim, PerSeed
 
@@ -128,7 +128,8 @@ def role_swap_claims(outputs: Path, inputs: Inputs, cfg: ReportConfig) -> list[C
     claims = []
     for group in cfg.imdb_groups:
         runs = inputs.runs[group]
-        claim = role_swap_claim(group, runs, group_swaps(outputs / "runs", runs), group_context(group, cfg))
+        claim = role_swap_claim(group, runs, group_swaps(outputs / "runs", runs),
+                                group_context(group, cfg, inputs.model_of(group)))
         if claim is not None:
             claims.append(claim)
     return claims
@@ -144,7 +145,7 @@ def role_swap_figures(outputs: Path, inputs: Inputs, cfg: ReportConfig) -> dict:
         runs = inputs.runs[group]
         swaps = {RUNS[name]: s for name, s in group_swaps(outputs / "runs", runs).items() if s is not None}
         if swaps:
-            model = GROUP_MODELS.get(group, group)
+            model = inputs.model_of(group)
             n = min(len(s) for s in swaps.values())
             figures[f"fig_role_swap_{group}"] = Drawn(
                 role_swap_figure(swaps, f"Role-swap test on {model} (group `{group}`):\neach role's task reward on "

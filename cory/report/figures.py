@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cory.report.claims import COMBINED, ETA_SOURCE, GROUP_MODELS, eta_text, final_value, partner_coef, smooth
+from cory.report.claims import COMBINED, ETA_SOURCE, eta_text, final_value, partner_coef, smooth
 from cory.report.mechanism import eta as eta_of, path, reward_at_kl
 from cory.report import plots
 from cory.report.config import ReportConfig
@@ -141,7 +141,7 @@ FRONTIER_POINTS = 12
 """KL levels at which the matched-KL figure draws each run."""
 
 
-def frontier_drawn(group: str, runs: dict[str, Run], cfg: ReportConfig) -> Drawn:
+def frontier_drawn(group: str, model: str, runs: dict[str, Run], cfg: ReportConfig) -> Drawn:
     """The decision rule's picture (report.mechanism): each run's task reward where its smoothed KL first reaches
     each level, mean over seeds with the band from the lowest to the highest seed, at levels every seed crosses."""
     w = cfg.stability_window
@@ -154,7 +154,6 @@ def frontier_drawn(group: str, runs: dict[str, Run], cfg: ReportConfig) -> Drawn
         if by_seed.size:
             series.append(plots.Series(f"{name} (η {eta_of(run):g})", levels, by_seed.mean(0), by_seed.min(0),
                                        by_seed.max(0), n_seeds=len(by_seed)))
-    model = GROUP_MODELS.get(group, group)
     panel = plots.Panel("task reward at matched KL", "task reward (sentiment logit), smoothed", series,
                         xlabel="KL (smoothed), where each seed first reaches it")
     n = len(next(iter(runs.values())).seeds)
@@ -189,7 +188,7 @@ def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
     for group in cfg.imdb_groups:  # Fig. 3 of every other IMDB group (another base model): its PPO and CORY runs
         if group == "imdb":
             continue
-        runs, model = inputs.runs[group], GROUP_MODELS.get(group, group)
+        runs, model = inputs.runs[group], inputs.model_of(group)
         curves = [(runs[name], agent, label) for name, agent, label in (
             ("ppo", "llm1", "PPO"), ("ppo_2x", "llm1", "PPO-2x"), ("cory", "llm1", "CORY-LLM1"),
             ("cory", "llm2", "CORY-LLM2")) if name in runs]
@@ -203,8 +202,8 @@ def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
     for group in dict.fromkeys(("imdb", *cfg.imdb_groups)):  # Fig. 6 and the partner reward, where a group ran them
         runs = inputs.runs[group]
         m = len(runs["ppo"].seeds)
-        on = "IMDB" if group == "imdb" else f"IMDB on {GROUP_MODELS.get(group, group)}"
-        fig6 = "Fig. 6 (reproduced)" + ("" if group == "imdb" else f" on {GROUP_MODELS.get(group, group)}")
+        on = "IMDB" if group == "imdb" else f"IMDB on {inputs.model_of(group)}"
+        fig6 = "Fig. 6 (reproduced)" + ("" if group == "imdb" else f" on {inputs.model_of(group)}")
         suffix = "" if group == "imdb" else f"_{group}"
         lines = f"Lines: the mean of {m} seeds; shaded bands: {plots.BAND}." if m > 1 else "One seed: no band."
         if "cory_no_kt" in runs or "cory_no_rex" in runs:
@@ -223,7 +222,7 @@ def draw_figures(inputs: Inputs, cfg: ReportConfig) -> dict[str, Drawn]:
     rule = cfg.mechanism
     if rule is not None and rule.group in inputs.runs:
         names = [*rule.frontier, *rule.cory, *([rule.control] if rule.control else [])]
-        figures[f"fig_frontier_{rule.group}"] = frontier_drawn(rule.group, {n: inputs.runs[rule.group][n]
+        figures[f"fig_frontier_{rule.group}"] = frontier_drawn(rule.group, inputs.model_of(rule.group), {n: inputs.runs[rule.group][n]
                                                                             for n in names}, cfg)
     # No response-length panel: the sampler draws the length (ppo.generation.response_length), alike for every method.
     figures["fig_diversity"] = Drawn(plots.curves_figure(

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from cory.report.cells import table
-from cory.report.claims import (GROUP_MODELS, HELD, INCONCLUSIVE, NOT_HELD, NOT_MEASURABLE, NOT_TESTED, Claim,
+from cory.report.claims import (HELD, INCONCLUSIVE, NOT_HELD, NOT_MEASURABLE, NOT_TESTED, Claim,
                                 final_as_pioneer)
 from cory.report.claims_text import interval_text, needed_text, reason, seeds_text
 from cory.report.collapse import rate_text
@@ -28,10 +28,10 @@ def _tests(claim: Claim | None, kind: str) -> list:
     return [t for t in (claim.results if claim is not None and not claim.absent else []) if t.kind == kind]
 
 
-def headline(mech: Claim | None, cfg: ReportConfig) -> str:
+def headline(mech: Claim | None, cfg: ReportConfig, model: str) -> str:
     """The answer's first line: does CORY beat PPO on the pretrained LM, and why the rule says so."""
     group = cfg.mechanism.group if cfg.mechanism else None
-    ask = (f"**Does CORY beat PPO on the pretrained LM ({GROUP_MODELS.get(group, group)}, group `{group}`)?**" if group
+    ask = (f"**Does CORY beat PPO on the pretrained LM, {model} in group `{group}`?**" if group
            else "**Does CORY beat PPO on a pretrained LM?**")
     if mech is None or mech.absent:
         return f"{ask} Not tested in this profile: {mech.absent if mech else 'no rule'}."
@@ -55,7 +55,7 @@ def answer_lines(claims: list[Claim], inputs: Inputs, cfg: ReportConfig) -> list
     mech = by_key.get("mechanism")
     group = cfg.mechanism.group if cfg.mechanism else next((g for g in cfg.imdb_groups if g != "imdb"), "imdb")
     judged = cfg.test_claims
-    lines = [headline(mech, cfg)]
+    lines = [headline(mech, cfg, inputs.model_of(cfg.mechanism.group) if cfg.mechanism else "")]
     control = cfg.mechanism.control if cfg.mechanism else None
     gains = [t for t in _tests(mech, "magnitude") if not (control and t.label.endswith(f"- {control} reward at "
                                                                                        "matched KL"))]
@@ -71,7 +71,7 @@ def answer_lines(claims: list[Claim], inputs: Inputs, cfg: ReportConfig) -> list
             if tests:
                 said = "; ".join(f"{t.statement}: {t.verdict}" for t in tests) if judged else ""
                 parts.append(f"PPO / CORY-{x} (as pioneer) {interval_text(tests[0])}" + (f" ({said})" if said else ""))
-        lines.append(f"KL ({GROUP_MODELS.get(group, group)}, final): " + "; ".join(parts) + ".")
+        lines.append(f"KL on {inputs.model_of(group)}, final: " + "; ".join(parts) + ".")
     collapse = by_key.get(group_key(group, "imdb_collapse"))
     if collapse is not None and collapse.quantities:
         rates = [f"{label.split(' degenerate')[0]} {rate_text(values, cfg.confidence)}"
@@ -196,7 +196,7 @@ def run_markdown(inputs: Inputs, cfg: ReportConfig) -> list[str]:
         seeds = sorted({s for run in runs.values() for s in run.seeds})
         lengths = sorted({len(h) for run in runs.values() for h in run.histories.values()})
         wall = [w for run in runs.values() for w in run.wall_time_s.values() if math.isfinite(w)]
-        rows.append([f"`{group}`", GROUP_MODELS.get(group, group), ", ".join(runs), f"{len(seeds)} ({seeds})",
+        rows.append([f"`{group}`", inputs.model_of(group), ", ".join(runs), f"{len(seeds)} ({seeds})",
                      "-".join(map(str, lengths)), f"{np.mean(wall):.0f}" if wall else "-"])
     lines += ["", *table(["group", "model", "runs", "seeds", "iterations", "mean run wall time (s)"], rows)]
     stages = [t for t in inputs.timings if t.get("stage") != "report"]
@@ -241,7 +241,8 @@ def groups_markdown(inputs: Inputs, claims: list[Claim], cfg: ReportConfig) -> l
         if group == "math":
             mine = [c for c in claims if c.key.startswith(("math", "passk"))]
         absent = [c for c in mine if c.absent]
-        lines.append(f"- `{group}` ({GROUP_MODELS.get(group, group)}): {role} Its claims here: {len(mine)}"
+        model = inputs.model_of(group)
+        lines.append(f"- `{group}`{f', {model}' if model != group else ''}: {role} Its claims here: {len(mine)}"
                      + (f", {len(absent)} not tested in this profile ({'; '.join(sorted({c.absent for c in absent}))})"
                         if absent else "") + ".")
     return lines + [""]

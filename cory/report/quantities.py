@@ -77,10 +77,6 @@ COMBINED = "combined reward r - η·KL"
 ETA_SOURCE = "train.combined_reward_eta, else ppo.init_kl_coef"
 MEANS = "seed means"
 
-GROUP_MODELS = {"imdb": "imdb_small (30M, from scratch)", "imdb_smollm2": "SmolLM2-135M"}
-"""IMDB experiment group -> how claim titles name its model (other groups: by the group's name)."""
-
-
 @dataclass
 class Table:
     """A claim's quantities under construction, each with the run it comes from."""
@@ -130,12 +126,11 @@ def mean_of(label: str, a: str, statement: str, op: str, threshold: float,
     return Effect(label, (a,), (1.0,), magnitude=statement, op=op, threshold=threshold, bounds=bounds)
 
 
-def group_context(group: str, cfg: ReportConfig) -> Context:
-    """Keys <group>/<claim> for a group other than `imdb`; titles prefixed with its model where there are several
-    IMDB groups or it is not `imdb` (the default profile's titles stay as they were)."""
+def group_context(group: str, cfg: ReportConfig, model: str) -> Context:
+    """Keys <group>/<claim> for a group other than `imdb`; titles prefixed with its base model (`model`, as
+    Inputs.model_of names it) where there are several IMDB groups or it is not `imdb`."""
     named = group != "imdb" or len(cfg.imdb_groups) > 1
-    return Context(cfg, "" if group == "imdb" else f"{group}/",
-                   f"{GROUP_MODELS.get(group, group)}: " if named else "")
+    return Context(cfg, "" if group == "imdb" else f"{group}/", f"{model}: " if named else "")
 
 
 def figure_of(ctx: Context, name: str) -> str:

@@ -174,6 +174,9 @@ class Run:
     """seed -> its samples.jsonl rows (`samples` is the first seed's)."""
     device: str = ""
     """The device the first seed trained on (provenance.json; "" where it is not recorded)."""
+    model: str = ""
+    """The base model the first seed started from, as the train stage named it (a folder of the profile's models, or
+    a hub name; provenance.json; "" where it is not recorded)."""
 
     @property
     def seeds(self) -> list[int]:
@@ -202,7 +205,7 @@ def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
         seeds = sorted(int(p.name[4:]) for p in run_dir.glob("seed*") if p.name[4:].isdigit())
         if not seeds:
             raise FileNotFoundError(f"{run_dir}: no seed<k>/ folders")
-    histories, wall, memory, phases, config, samples, device = {}, {}, {}, {}, {}, {}, ""
+    histories, wall, memory, phases, config, samples, device, model = {}, {}, {}, {}, {}, {}, "", ""
     for seed in seeds:
         folder = run_dir / f"seed{seed}"
         for name in ("history.csv", "summary.json", "config.json", "samples.jsonl"):
@@ -218,9 +221,10 @@ def load_run(run_dir: Path, seeds: list[int] | None = None) -> Run:
         if not config:  # seeds differ only in `seed`: the first one's config stands for the run
             config = read_json(folder / "config.json")
             if (folder / "provenance.json").is_file():
-                device = str(read_json(folder / "provenance.json").get("device", ""))
+                provenance = read_json(folder / "provenance.json")
+                device, model = str(provenance.get("device", "")), str(provenance.get("model") or "")
     name = "/".join(run_dir.parts[-2:])
-    return Run(name, histories, config, samples[seeds[0]], wall, memory, phases, samples, device)
+    return Run(name, histories, config, samples[seeds[0]], wall, memory, phases, samples, device, model)
 
 
 def _group_dir(runs_dir: Path, group: str) -> Path:
@@ -258,6 +262,25 @@ class Inputs:
     reward_model: dict
     base_samples: dict[str, list[dict]]
     timings: list[dict] = field(default_factory=list)
+
+    def model_of(self, group: str) -> str:
+        """How the report names a group's base model (`group_model`)."""
+        return group_model(group, self.runs.get(group, {}), self.base_models)
+
+
+def group_model(group: str, runs: dict[str, Run], base_models: dict[str, dict]) -> str:
+    """How the report names a group's base model: that of its `ppo` run (else its first run), with its size and
+    whether it was trained here or pretrained, from the base model stage's metrics (`base_models`: name -> its
+    metrics): "imdb_small (30M, from scratch)"; the group's name where its runs did not record their model."""
+    run = runs.get("ppo") or next(iter(runs.values()), None)
+    if run is None or not run.model:
+        return group
+    name = Path(run.model).name
+    metrics = base_models.get(name)
+    if metrics is None:
+        return name  # a hub model or a folder of one's own: its name says what it is
+    size = f"{metrics['params'] / 1e6:.3g}M, " if isinstance(metrics.get("params"), (int, float)) else ""
+    return f"{name} ({size}{'from scratch' if 'epochs' in metrics else 'pretrained'})"
 
 
 def _read_json(path: Path) -> dict:
