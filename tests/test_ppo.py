@@ -121,6 +121,23 @@ def test_value_loss_clipping():
     assert loss.item() == pytest.approx(0.5 * 1.69) and stats["clipfrac"].item() == 1.0  # max(1, 1.69)
 
 
+def test_value_clipfrac_counts_only_the_values_that_left_the_clip_range():
+    """Values within cliprange_value of the old ones are not clipped, whatever their rounding: near 0 (a fresh value
+    head, early returns), V_old + clamp(V - V_old) is not V to the last bit, and counted about one unclipped token in
+    nine as clipped. Then exactly the tokens that moved further toward their returns."""
+    torch.manual_seed(0)
+    old, values, returns = (torch.randn(64, 24) * 0.05 for _ in range(3))
+    inside = ((values - old).abs() < 0.2).float()
+    assert inside.mean() > 0.99
+    assert ppo.value_loss(old, old, returns, inside, 0.2)[1]["clipfrac"].item() == 0.0  # the first mini-batch
+    assert ppo.value_loss(values, old, returns, inside, 0.2)[1]["clipfrac"].item() == 0.0
+    far = torch.rand(64, 24) < 0.25
+    returns = old + 5 * torch.sign(torch.randn(64, 24))
+    moved = old + torch.where(far, 0.5, 0.1) * torch.sign(returns - old)  # toward the returns: there the clip binds
+    clipfrac = ppo.value_loss(moved, old, returns, torch.ones(64, 24), 0.2)[1]["clipfrac"].item()
+    assert clipfrac == pytest.approx(far.float().mean().item())
+
+
 def test_adaptive_kl_update():
     ctl = ppo.AdaptiveKLController(0.3, target=6.0, horizon=10000)
     ctl.update(12.0, n_steps=256)  # error clipped to +0.2: x (1 + 0.2 * 256 / 10000)

@@ -199,7 +199,9 @@ def value_loss(
 
     loss = 0.5 * masked mean of max((V - R)^2, (clip(V, V_old - eps_v, V_old + eps_v) - R)^2).
     """
-    clipped = old_values + torch.clamp(values - old_values, -cliprange_value, cliprange_value)
+    # V itself where it lies inside the range (trl's clip_by_value), not V_old + clamp(V - V_old): near 0 that sum
+    # is V only up to rounding, and `clipfrac` counted about one unclipped token in nine as clipped
+    clipped = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
     losses = (values - returns) ** 2
     losses_clipped = (clipped - returns) ** 2
     loss = 0.5 * masked_mean(torch.max(losses, losses_clipped), mask)
