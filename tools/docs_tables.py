@@ -43,8 +43,34 @@ def paper_scale(scale: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"paper_scale": ("docs/scale.md", "reports/paper/scale.json", paper_scale)}
-"""name -> (the doc, the committed JSON file, the function that writes the table from it)."""
+def bench_rl(benches: list[dict]) -> str:
+    """`python -m benchmark.rl` files, one per run (reports/default/bench/): each variant of each run, its seconds per
+    iteration and their split, peak GPU memory, kernel launches of its profiled iteration and MFU, the profile's
+    settings first; then how much faster each variant is than the profile's settings."""
+    lines = ["| run | settings | seconds per iteration (generation / scoring / experience / epochs) | peak GPU memory "
+             "(GiB) | kernel launches | MFU | vs the profile's settings |", "|---|---|---|---|---|---|---|"]
+    for bench in benches:
+        for run, variants in bench["runs"].items():
+            base = next(iter(variants.values()))["iteration"]
+            for variant, r in variants.items():
+                launches = sum(r["profile"]["launches"].values()) if r.get("profile") else None
+                lines.append(f"| {run} | {variant.replace('ppo.speed.', '')} | {r['iteration']:.3f} ({r['generation']:.3f} / "
+                             f"{r['scoring']:.3f} / {r['experience']:.3f} / {r['epochs']:.3f}) | {r['peak_gib']:.2f} | "
+                             f"{launches if launches is not None else '-'} | {r['mfu']['iteration']:.1%} | "
+                             f"{base / r['iteration']:.2f}x |")
+    first = benches[0]
+    lines += ["", f"Group `{first['group']}`, random weights of its shapes, one process alone on {first['device']} "
+              f"(torch {first['torch']}): {first['iterations']} timed iterations after {first['warmup']}, then one "
+              f"profiled. From " + ", ".join(f"`{source}`" for source in BENCH_SMOLLM2) + "."]
+    return "\n".join(lines)
+
+
+BENCH_SMOLLM2 = ("reports/default/bench/20261207_h100_smollm2_ppo.json",
+                 "reports/default/bench/20261207_h100_smollm2_cory.json")
+
+TABLES = {"paper_scale": ("docs/scale.md", "reports/paper/scale.json", paper_scale),
+          "smollm2_speed": ("docs/speed.md", BENCH_SMOLLM2, bench_rl)}
+"""name -> (the doc, the committed JSON file or files, the function that writes the table from it or them)."""
 
 
 def rewrite(text: str, name: str, table: str) -> str:
@@ -62,7 +88,9 @@ def tables() -> dict[Path, str]:
     for name, (doc, source, write) in TABLES.items():
         path = ROOT / doc
         text = docs.get(path, path.read_text())
-        docs[path] = rewrite(text, name, write(json.loads((ROOT / source).read_text())))
+        loaded = ([json.loads((ROOT / one).read_text()) for one in source] if isinstance(source, tuple)
+                  else json.loads((ROOT / source).read_text()))
+        docs[path] = rewrite(text, name, write(loaded))
     return docs
 
 

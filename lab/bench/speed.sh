@@ -15,8 +15,10 @@
 #                                                  # (benchmark/paper.py; JSON per variant in $OUT/paper-*.json)
 #   bash lab/bench/speed.sh smollm2             # the default profile's SmolLM2 PPO and CORY runs (a random Llama of
 #                                                  # SmolLM2-135M's architecture: no GGUF needed), the profile's
-#                                                  # settings beside the compiled passes (and their memory setting),
-#                                                  # each in its own process: phases, launches, MFU, peak memory
+#                                                  # settings (last_hidden, regional compilation since 2026-12-07)
+#                                                  # beside the eager passes without them, and CORY also with its
+#                                                  # update in passes of 128 rows (its memory setting), each in its
+#                                                  # own process: phases, launches, MFU, peak memory
 #                                                  # ($OUT/smollm2_ppo.json, _cory.json); then, where trl 0.11.4 is in
 #                                                  # $TRL_ENV (benchmark/trl_env.sh), trl's PPO beside ours at the
 #                                                  # same shape ($OUT/smollm2_trl.json). EXTRA="VARIANT ..." adds variants
@@ -70,11 +72,13 @@ case "$what" in
     if [ "${MPS:-both}" != on ]; then echo "== without MPS" | tee -a "$OUT/bench-$what.txt"; bench "${args[@]}"; fi
     if [ "${MPS:-both}" != off ]; then echo "== with MPS" | tee -a "$OUT/bench-$what.txt"; bench "${args[@]}" --mps; fi ;;
   smollm2)  # CORY also with its update in passes of 128 rows (its peak memory); PPO's is half of CORY's
-    compiled=ppo.speed.last_hidden=true,ppo.speed.compile=regional
+    # (measured 2026-12-07 on one H100, reports/default/bench/20261207_h100_smollm2_*.json: the compiled passes
+    # 1.79x PPO's and 1.62x CORY's iterations per second, and since then the profile's settings)
+    eager=ppo.speed.last_hidden=false,ppo.speed.compile=false
     extra=(); for variant in ${EXTRA:-}; do extra+=(--variant "$variant"); done
     for run in ppo cory; do
-      variants=(--variant "$compiled")
-      [ $run = cory ] && variants+=(--variant "$compiled,ppo.speed.update_batch_size=128")
+      variants=(--variant "$eager")
+      [ $run = cory ] && variants+=(--variant "ppo.speed.update_batch_size=128")
       bench --group imdb_smollm2 --run $run --iterations "${ITERATIONS:-3}" --warmup 2 --profile --checkpoint \
         "${variants[@]}" "${extra[@]}" --out "$OUT/smollm2_$run.json"
     done
