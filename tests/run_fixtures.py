@@ -35,15 +35,21 @@ def killed_on_step(monkeypatch, call: int):
     monkeypatch.setattr(Trainer, "step", real_step)
 
 
-@pytest.fixture(scope="module")
-def task(tmp_path_factory) -> TaskConfig:
-    root = tmp_path_factory.mktemp("task")
+WORDS = ["the movie", "a film was", "the plot is", "not very good", "the", "a movie"]
+
+
+def write_task(root, questions: list[str]) -> TaskConfig:
+    """A tiny model and a prompt file of `questions` (math answers "#### 0".."#### 2") under `root`."""
     tiny_lm(n_embd=32).save_pretrained(root / "model")
     tiny_tokenizer().save_pretrained(root / "model")
-    words = ["the movie", "a film was", "the plot is", "not very good", "the", "a movie"]
-    rows = [{"question": words[i % len(words)], "answer": f"#### {i % 3}"} for i in range(24)]
+    rows = [{"question": q, "answer": f"#### {i % 3}"} for i, q in enumerate(questions)]
     (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return TaskConfig(model=str(root / "model"), prompts=str(root / "prompts.jsonl"), reward="math")
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory) -> TaskConfig:
+    return write_task(tmp_path_factory.mktemp("task"), [WORDS[i % len(WORDS)] for i in range(24)])
 
 
 def job(task: TaskConfig, where, n_agents: int, bf16_weights: bool = False) -> Job:

@@ -19,6 +19,7 @@ from cory.runs.run import run_training
 from cory.schema import ConfigError
 
 from report_fixtures import experiments_of, fixture_experiments, write_fixture
+from run_fixtures import WORDS, write_task
 from tiny import tiny_lm, tiny_tokenizer
 
 TEMPLATE = "{query} | {response} |"
@@ -105,14 +106,9 @@ def test_the_test_samples_from_a_fork_of_the_rng():
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory) -> TaskConfig:
-    root = tmp_path_factory.mktemp("task")
-    tiny_lm(n_embd=32).save_pretrained(root / "model")
-    tiny_tokenizer().save_pretrained(root / "model")
-    words = ["the movie", "a film was", "the plot is", "not very good", "the", "a movie"]
-    rows = [{"question": f"{words[i % len(words)]} {'good ' * (i // 6)}".strip(), "answer": f"#### {i % 3}"}
-            for i in range(24)]
-    (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return TaskConfig(model=str(root / "model"), prompts=str(root / "prompts.jsonl"), reward="math")
+    """run_fixtures' tiny task with prompts of several lengths (the held-out ones are the longest)."""
+    return write_task(tmp_path_factory.mktemp("task"),
+                      [f"{WORDS[i % len(WORDS)]} {'good ' * (i // 6)}".strip() for i in range(24)])
 
 
 def job(task, where, n_agents=2, held_out=6, algorithm="ppo", role_exchange=True, batch_size=8) -> Job:
