@@ -8,21 +8,16 @@ byte of GPU memory it held once it is gone (what a worker process that runs one 
 from __future__ import annotations
 
 import gc
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: tiny, test_trainer
+from cory.rl.agents import build_agents
+from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, SpeedConfig, TrainConfig
+from cory.rl.learner import make_experience, ppo_update
+from cory.rl.trainer import Trainer
 
-from cory.rl.agents import build_agents  # noqa: E402
-from cory.rl.config import CORYConfig, GenerationConfig, PPOConfig, SpeedConfig, TrainConfig  # noqa: E402
-from cory.rl.learner import make_experience, ppo_update  # noqa: E402
-from cory.rl.trainer import Trainer  # noqa: E402
-
-from tiny import QUERIES, padded_rollout  # noqa: E402
-from tiny import good_word_reward, tiny_llama, tiny_tokenizer  # noqa: E402
+from tiny import QUERIES, good_word_reward, padded_rollout, tiny_llama, tiny_tokenizer  # tests/tiny.py (conftest)
 
 GPU_SPEED = dict(bf16_weights=True, fused_vocab=True, align_head=True)
 """The default profile's speed settings for its SmolLM2 runs."""
